@@ -1,0 +1,609 @@
+"""The node cache: one per node, owns that node's hot tier.
+
+It takes the planned block sequence of every rank on its node (a :class:`Stream` per rank
+and epoch), fetches ahead of the training loop (at most ``prefetch.depth_blocks`` blocks and
+``prefetch.depth_bytes`` bytes per stream, ``prefetch.concurrency`` fetches at once), and
+admits fetched blocks into the hot tier's levels (RAM, then disk) by policy. A block the hot
+tier refuses is held in memory until its planned use and handed over the local channel,
+zstd-compressed. Fetches go to the warm tier first, then cold; each block is fetched once
+however many consumers wait for it (single flight).
+
+Consumers read hot blocks straight from the files; they tell the cache how far they got in
+batched one-way calls, and ask for a block only when it is not there.
+
+This is a plain class; :mod:`tierload.cache.runtime` makes it a Ray actor pinned to its node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter, defaultdict, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import xxhash
+
+from tierload import codec
+from tierload.blockfile import decode_block, encode_block
+from tierload.blocks import Block
+from tierload.cache.channel import ChannelServer
+from tierload.cache.stats import new_stats
+from tierload.cache.stream import NEVER, Stream
+from tierload.cache.warm_sync import WarmSync
+from tierload.checksum import checksum
+from tierload.config import TierloadConfig, as_config
+from tierload.errors import BackendError, IntegrityError, ServiceError, TierloadError
+from tierload.policies.frequency import DecayingCounter
+from tierload.policies.registry import make_policy
+from tierload.stores.cold import ColdSource
+from tierload.stores.local import LocalDirStore
+from tierload.stores.registry import open_store
+from tierload.tierindex import TierIndex
+
+log = logging.getLogger(__name__)
+
+ACQUIRE_TIMEOUT_S = 600.0
+STREAM_IDLE_TIMEOUT_S = 30.0
+
+
+@dataclass
+class _Level:
+    """One level of the hot tier (RAM or disk)."""
+
+    name: str
+    store: LocalDirStore
+    index: TierIndex
+
+
+@dataclass
+class _Dataset:
+    blocks: list[Block]
+    source: ColdSource
+
+
+@dataclass
+class _Fetch:
+    stream: Stream | None
+    counted: bool
+
+
+@dataclass
+class _FailedFetch:
+    error: BaseException
+    stats: dict = field(default_factory=dict)
+
+
+class _PlanOracle:
+    """Next-use distances of blocks, from every open stream's plan (for the clairvoyant policy)."""
+
+    def __init__(self, cache: "NodeCache") -> None:
+        self.cache = cache
+
+    def distances(self, keys: Sequence[str]) -> np.ndarray:
+        out = np.full(len(keys), NEVER, dtype=np.int64)
+        by_dataset = self.cache._streams_by_dataset
+        for i, key in enumerate(keys):
+            best = NEVER
+            for dataset_id, block_index in self.cache._key_owners.get(key, ()):
+                for stream in by_dataset.get(dataset_id, ()):
+                    best = min(best, stream.distance(block_index))
+            out[i] = best
+        return out
+
+
+def channel_address(node_id: str, hot_dir: str) -> str:
+    """Unix socket path of a node cache (short: socket paths are limited to ~107 bytes)."""
+    ident = xxhash.xxh3_64_hexdigest(f"{node_id}\x00{os.path.abspath(os.path.expanduser(hot_dir))}".encode())
+    return os.path.join(tempfile.gettempdir(), f"tierload-{ident}.sock")
+
+
+class NodeCache:
+    """Owns one node's hot tier; prefetches, admits, evicts and counts.
+
+    Args:
+        config: The effective configuration (dict or :class:`TierloadConfig`).
+        node_id: This node's id (Ray node id, or any name outside Ray).
+        coordinator_call: ``call(method, *args)`` reaching the coordinator, or None to run
+            without a warm tier.
+    """
+
+    def __init__(self, config: dict | TierloadConfig, node_id: str = "local",
+                 coordinator_call: Callable | None = None) -> None:
+        self.config = as_config(config)
+        self.node_id = node_id
+        self._cond = threading.Condition(threading.RLock())
+        self._closing = False
+        policy = self.config.policy
+        self._counter = DecayingCounter(policy.decay.half_life)
+        self._oracle = _PlanOracle(self)
+        self._pins: Counter = Counter()
+        self._levels = self._make_levels()
+        self._datasets: dict[str, _Dataset] = {}
+        self._blocks: dict[str, Block] = {}
+        self._key_owners: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        self._streams: dict[str, Stream] = {}
+        self._streams_by_dataset: dict[str, list[Stream]] = defaultdict(list)
+        self._last_active: dict[str, float] = {}
+        self._inflight: dict[str, _Fetch] = {}
+        self._staged: dict[str, bytes] = {}
+        self._failed: dict[str, _FailedFetch] = {}
+        self._pending_counts: Counter = Counter()
+        self._now_value = 0.0
+        self._stats = new_stats()
+        self._finished: deque = deque(maxlen=512)
+        self._pool = ThreadPoolExecutor(self.config.prefetch.concurrency, thread_name_prefix="tierload-fetch")
+        self._recover()
+        self._warm = None
+        self._warm_sync = None
+        self._coordinator_call = coordinator_call if self.config.warm.url else None
+        if self._coordinator_call is not None:
+            self._warm = open_store(self.config.warm.url, "warm")
+            self._warm_sync = WarmSync(node_id, self._warm, coordinator_call, self._take_counts, self._now,
+                                       self.config.wire.zstd_level if self.config.warm.compress else None)
+        self._address = channel_address(node_id, self.config.hot.dir)
+        self._authkey = secrets.token_bytes(32)
+        self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {node_id}")
+        self._scheduler = threading.Thread(target=self._schedule_loop, name="tierload-prefetch", daemon=True)
+        self._scheduler.start()
+
+    # ----------------------------------------------------------------- set-up
+    def _make_levels(self) -> list[_Level]:
+        hot, policy = self.config.hot, self.config.policy.hot
+        specs = []
+        if hot.ram_capacity_bytes > 0:
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+            ident = xxhash.xxh3_64_hexdigest(os.path.abspath(os.path.expanduser(hot.dir)).encode())
+            specs.append(("ram", os.path.join(shm, f"tierload-ram-{ident}"), hot.ram_capacity_bytes))
+        specs.append(("disk", hot.dir, hot.capacity_bytes))
+        levels = []
+        for name, path, capacity in specs:
+            index = TierIndex(f"hot-{name}", capacity, make_policy(policy.eviction, counter=self._counter,
+                                                                   oracle=self._oracle),
+                              self._counter, policy.admit_min_count, pins=self._pins)
+            levels.append(_Level(name, LocalDirStore(path, tier=f"hot-{name}"), index))
+        return levels
+
+    def _recover(self) -> None:
+        """Adopt complete blocks left by an earlier run; sweep temporary files and overflow."""
+        for level in self._levels:
+            for key, size in sorted(level.store.scan().items()):
+                if not level.index.add_existing(key, size, 0.0):
+                    level.store.delete(key)
+            if level.index.resident:
+                log.info("hot tier %s: adopted %d blocks (%d bytes) from a previous run", level.name,
+                         len(level.index.resident), level.index.used_bytes)
+
+    # ------------------------------------------------------------ Ray / channel API
+    def ready(self) -> bool:
+        """Cheap liveness probe."""
+        return True
+
+    def endpoint(self) -> dict[str, Any]:
+        """Where consumers on this node find the cache: channel address, key and hot directories."""
+        return {"address": self._address, "authkey": self._authkey, "node_id": self.node_id,
+                "hot_dirs": [str(level.store.root) for level in self._levels]}
+
+    def has_dataset(self, dataset_id: str) -> bool:
+        with self._cond:
+            return dataset_id in self._datasets
+
+    def register_dataset(self, dataset_id: str, cold_url: str, storage_options: dict, keys: list[str],
+                         urls: list[str], versions: list[str], offsets: list[int], lengths: list[int]) -> None:
+        """Tell the cache the blocks of a dataset (once per dataset; idempotent)."""
+        blocks = [Block(*row) for row in zip(keys, urls, versions, offsets, lengths)]
+        source = ColdSource(cold_url, self.config.cold, storage_options=storage_options)
+        with self._cond:
+            if dataset_id in self._datasets:
+                return
+            self._datasets[dataset_id] = _Dataset(blocks, source)
+            for index, block in enumerate(blocks):
+                self._blocks[block.key] = block
+                self._key_owners[block.key].append((dataset_id, index))
+
+    def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
+                    plan: dict | None = None) -> bool:
+        """Join (or create, when ``plan`` is given) the stream of a rank's epoch.
+
+        Args:
+            stream_id: Unique per (dataset, epoch, rank, iteration).
+            consumer: DataLoader worker id within the rank.
+            num_consumers: DataLoader workers of the rank.
+            plan: ``{"dataset_id", "epoch", "seq", "consume_len", "reuse_gap"}``; needed only to create.
+
+        Returns:
+            False if the stream does not exist and no plan was given (call again with it).
+
+        Raises:
+            ServiceError: The plan names a dataset that was never registered.
+        """
+        with self._cond:
+            stream = self._streams.get(stream_id)
+            if stream is None:
+                if plan is None:
+                    return False
+                dataset = self._datasets.get(plan["dataset_id"])
+                if dataset is None:
+                    raise ServiceError(f"dataset {plan['dataset_id']} is not registered with this node cache")
+                stream = Stream(stream_id, plan["dataset_id"], plan["epoch"], plan["seq"], plan["consume_len"],
+                                num_consumers, len(dataset.blocks), plan.get("reuse_gap", 1))
+                stream.stats = new_stats()
+                self._streams[stream_id] = stream
+                self._streams_by_dataset[stream.dataset_id].append(stream)
+            self._last_active[stream_id] = time.monotonic()
+            self._cond.notify_all()
+            return True
+
+    def progress(self, stream_id: str, consumer: int, position: int) -> None:
+        """``consumer`` has consumed every position before ``position`` (one-way call)."""
+        with self._cond:
+            stream = self._streams.get(stream_id)
+            if stream is not None:
+                self._advance(stream, consumer, position)
+
+    def close_consumer(self, stream_id: str, consumer: int) -> None:
+        """``consumer`` is done with the stream (end of epoch, or the iterator was closed)."""
+        with self._cond:
+            stream = self._streams.get(stream_id)
+            if stream is not None:
+                self._advance(stream, consumer, stream.consume_len)
+
+    def acquire(self, stream_id: str, consumer: int, position: int,
+                corrupt_key: str | None = None) -> tuple[str, Any]:
+        """Make the block at ``position`` available and say where it is.
+
+        Args:
+            stream_id, consumer: As given to :meth:`open_stream`.
+            position: The position the consumer needs now (everything before is consumed).
+            corrupt_key: A hot block the consumer found corrupt: it is dropped and refetched.
+
+        Returns:
+            ``("hot", level_index)`` when the block is in the hot tier (read the file), or
+            ``("wire", WirePayload)`` with the bytes when the hot tier did not admit it.
+
+        Raises:
+            TierloadError: The fetch failed (e.g. SourceChangedError, EndpointUnreachableError).
+            ServiceError: Unknown stream, or no answer within the timeout.
+        """
+        deadline = time.monotonic() + ACQUIRE_TIMEOUT_S
+        with self._cond:
+            stream = self._streams.get(stream_id)
+            if stream is None:
+                raise ServiceError(f"stream {stream_id} is not open on this node cache (expired after "
+                                   f"{STREAM_IDLE_TIMEOUT_S:.0f}s idle?)")
+            self._last_active[stream_id] = time.monotonic()
+            if corrupt_key is not None:
+                self._drop_corrupt(corrupt_key, stream)
+            self._advance(stream, consumer, position)
+            run = stream.run_of(position)
+            while stream.next_run <= run:
+                self._schedule(stream, stream.next_run)
+            key = self._datasets[stream.dataset_id].blocks[int(stream.run_block[run])].key
+            while True:
+                level = self._resident_level(key)
+                if level is not None:
+                    return ("hot", level)
+                if key in self._staged:
+                    raw = self._staged[key]
+                    break
+                if key not in self._inflight:
+                    failure = self._failed.pop(key, None)
+                    if failure is not None:
+                        raise failure.error
+                    self._submit(key, stream, counted=False)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ServiceError(f"block {key} was not fetched within {ACQUIRE_TIMEOUT_S:.0f}s",
+                                       where=f"node cache on node {self.node_id}")
+                self._cond.wait(min(remaining, 1.0))
+        payload = codec.encode(raw, self.config.wire.zstd_level, self.config.wire.min_ratio)
+        with self._cond:
+            for target in (self._stats, stream.stats):
+                target["wire_raw_bytes"] += payload.raw_size
+                target["wire_sent_bytes"] += len(payload.data)
+        return ("wire", payload)
+
+    def invalidate(self, keys: list[str]) -> int:
+        """Drop these blocks from the hot tier and the warm tier (e.g. their source changed).
+
+        Returns:
+            How many copies were dropped (hot and warm together).
+        """
+        dropped = 0
+        with self._cond:
+            for key in keys:
+                dropped += self._drop_hot(key)
+                self._staged.pop(key, None)
+        if self._coordinator_call is not None and keys:
+            dropped += self._coordinator_call("invalidate", list(keys))
+            if self._warm_sync is not None:
+                self._warm_sync.known.difference_update(keys)
+        return dropped
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, per-level usage, open streams and the last closed streams."""
+        with self._cond:
+            result = {
+                "node_id": self.node_id,
+                "counters": dict(self._stats),
+                "levels": [level.index.stats() for level in self._levels],
+                "inflight": len(self._inflight),
+                "staged_bytes": sum(len(v) for v in self._staged.values()),
+                "streams": [self._stream_stats(s) for s in self._streams.values()],
+                "finished_streams": list(self._finished),
+            }
+        if self._warm_sync is not None:
+            result["warm_sync"] = dict(self._warm_sync.stats)
+        return result
+
+    def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
+        """Stats of open and recently closed streams, optionally of one dataset."""
+        with self._cond:
+            rows = [self._stream_stats(s) for s in self._streams.values()] + list(self._finished)
+        return [row for row in rows if dataset_id is None or row["dataset_id"] == dataset_id]
+
+    def close(self) -> None:
+        """Stop serving (files in the hot tier stay for the next start)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._server.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._warm_sync is not None:
+            self._warm_sync.close()
+
+    # ------------------------------------------------------------- internals
+    def _now(self) -> float:
+        if self.config.policy.decay.unit == "second":
+            return time.time()
+        with self._cond:
+            for stream in self._streams.values():
+                progress = stream.cursor / stream.consume_len if stream.consume_len else 1.0
+                self._now_value = max(self._now_value, stream.epoch + progress)
+            return self._now_value
+
+    def _take_counts(self) -> dict:
+        with self._cond:
+            counts, self._pending_counts = dict(self._pending_counts), Counter()
+        return counts
+
+    def _stream_stats(self, stream: Stream) -> dict:
+        return {"stream_id": stream.stream_id, "dataset_id": stream.dataset_id, "epoch": stream.epoch,
+                "cursor": stream.cursor, "consume_len": stream.consume_len, "finished": stream.finished,
+                **dict(stream.stats)}
+
+    def _resident_level(self, key: str) -> int | None:
+        for i, level in enumerate(self._levels):
+            if key in level.index:
+                return i
+        return None
+
+    def _schedule_loop(self) -> None:
+        depth = self.config.prefetch
+        while True:
+            with self._cond:
+                if self._closing:
+                    return
+                progressed = True
+                while progressed:  # one run per stream per pass: fair between ranks
+                    progressed = False
+                    for stream in list(self._streams.values()):
+                        # Only this epoch's runs are prefetched; the look-ahead part of the plan
+                        # serves the clairvoyant policy's view of what is needed next.
+                        if (stream.next_run < stream.consume_runs and len(stream.scheduled) < depth.depth_blocks
+                                and stream.window_bytes < depth.depth_bytes):
+                            self._schedule(stream, stream.next_run)
+                            progressed = True
+                self._expire_idle()
+                self._cond.wait(0.05)
+
+    def _expire_idle(self) -> None:
+        now = time.monotonic()
+        for stream_id, stream in list(self._streams.items()):
+            if now - self._last_active.get(stream_id, now) > STREAM_IDLE_TIMEOUT_S:
+                log.info("closing stream %s: no consumer activity for %.0fs", stream_id, STREAM_IDLE_TIMEOUT_S)
+                self._close_stream(stream)
+
+    def _block_of_run(self, stream: Stream, run: int) -> Block:
+        return self._datasets[stream.dataset_id].blocks[int(stream.run_block[run])]
+
+    def _count_access(self, stream: Stream, key: str, outcome: str | None) -> None:
+        now = self._now()
+        self._counter.add(key, now)
+        for level in self._levels:
+            level.index.policy.on_access(key, now)
+        self._pending_counts[key] += 1
+        for target in (self._stats, stream.stats):
+            target["accesses"] += 1
+            if outcome:
+                target[outcome] += 1
+
+    def _schedule(self, stream: Stream, run: int) -> None:
+        block = self._block_of_run(stream, run)
+        key = block.key
+        counted = stream.counted(run)
+        stream.mark_scheduled(run)
+        self._pins[key] += 1
+        stream.window_bytes += block.length
+        present = self._resident_level(key) is not None or key in self._inflight or key in self._staged
+        if counted:
+            self._count_access(stream, key, "hot_hits" if present else None)
+        if not present:
+            self._submit(key, stream, counted)
+
+    def _submit(self, key: str, stream: Stream | None, counted: bool) -> None:
+        self._failed.pop(key, None)
+        self._inflight[key] = _Fetch(stream, counted)
+        self._pool.submit(self._fetch, key)
+
+    def _release(self, stream: Stream, run: int) -> None:
+        block = self._block_of_run(stream, run)
+        stream.window_bytes -= block.length
+        if self._pins[block.key] <= 1:
+            del self._pins[block.key]
+            self._staged.pop(block.key, None)
+        else:
+            self._pins[block.key] -= 1
+
+    def _advance(self, stream: Stream, consumer: int, position: int) -> None:
+        for run in stream.set_cursor(consumer, position):
+            self._release(stream, run)
+        cursor = stream.cursor
+        target = stream.run_of(cursor) if cursor < stream.consume_len else stream.consume_runs
+        for run in stream.skip_to(target):
+            if stream.counted(run):
+                self._count_access(stream, self._block_of_run(stream, run).key, "hot_hits")
+        self._last_active[stream.stream_id] = time.monotonic()
+        if stream.finished:
+            self._close_stream(stream)
+        self._cond.notify_all()
+
+    def _close_stream(self, stream: Stream) -> None:
+        for run in stream.drain():
+            self._release(stream, run)
+        self._streams.pop(stream.stream_id, None)
+        self._last_active.pop(stream.stream_id, None)
+        owners = self._streams_by_dataset.get(stream.dataset_id, [])
+        if stream in owners:
+            owners.remove(stream)
+        self._finished.append(self._stream_stats(stream))
+
+    def _drop_hot(self, key: str) -> int:
+        level = self._resident_level(key)
+        if level is None:
+            return 0
+        self._levels[level].index.remove(key)
+        self._levels[level].store.delete(key)
+        return 1
+
+    def _drop_corrupt(self, key: str, stream: Stream) -> None:
+        if self._drop_hot(key):
+            log.warning("hot block %s failed its checksum on read; dropped, refetching", key)
+            for target in (self._stats, stream.stats):
+                target["integrity_failures"] += 1
+
+    # -------------------------------------------------------------- fetching
+    def _fetch(self, key: str) -> None:
+        with self._cond:
+            fetch = self._inflight.get(key)
+            block = self._blocks.get(key)
+        if fetch is None or block is None:
+            return
+        tally: Counter = Counter()
+        try:
+            raw, digest, source = self._read_lower_tiers(key, block, tally)
+            level = self._place(key, raw, digest)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the block
+            if not isinstance(exc, TierloadError):
+                exc = ServiceError(f"{type(exc).__name__}: {exc}", where=f"prefetch thread of node {self.node_id}",
+                                   remote_traceback=traceback.format_exc())
+            log.warning("fetch of block %s failed: %s", key, exc)
+            with self._cond:
+                self._inflight.pop(key, None)
+                self._failed[key] = _FailedFetch(exc)
+                tally["fetch_errors"] += 1
+                self._add_tally(fetch, tally)
+                self._cond.notify_all()
+            return
+        with self._cond:
+            if level is None and self._pins.get(key):
+                self._staged[key] = raw
+            if fetch.counted:
+                tally["warm_hits" if source == "warm" else "cold_misses"] += 1
+            self._add_tally(fetch, tally)
+            self._inflight.pop(key, None)
+            self._cond.notify_all()
+        if source == "cold" and self._warm_sync is not None:
+            self._warm_sync.offer(key, raw, digest)
+
+    def _add_tally(self, fetch: _Fetch, tally: Counter) -> None:
+        self._stats.update(tally)
+        if fetch.stream is not None:
+            fetch.stream.stats.update(tally)
+
+    def _read_lower_tiers(self, key: str, block: Block, tally: Counter) -> tuple[bytes, int, str]:
+        if self._warm is not None:
+            try:
+                stored = self._warm.read(key)
+            except KeyError:
+                stored = None
+            except BackendError as exc:
+                log.warning("warm tier read of %s failed (%s); reading cold", key, exc)
+                stored = None
+            if stored is not None:
+                try:
+                    raw, digest = decode_block(key, stored)
+                    tally["warm_bytes"] += len(stored)
+                    return raw, digest, "warm"
+                except IntegrityError:
+                    log.warning("warm copy of %s failed its checksum; dropped, reading cold", key)
+                    tally["integrity_failures"] += 1
+                    if self._warm_sync is not None:
+                        self._warm_sync.drop(key)
+        owners = self._key_owners[key]
+        source = self._datasets[owners[0][0]].source
+        raw = source.read(block.url, block.version, block.offset, block.length, tally=tally)
+        return raw, checksum(raw), "cold"
+
+    def _place(self, key: str, raw: bytes, digest: int) -> int | None:
+        """Admit a fetched block into the highest hot level that takes it; None if none does."""
+        data = encode_block(key, raw, raw_checksum=digest)
+        with self._cond:
+            now = self._now()
+            for index, level in enumerate(self._levels):
+                admission = level.index.reserve(key, len(data), now)
+                if admission.admitted:
+                    self._evict(index, admission.victims)
+                    break
+            else:
+                return None
+        try:
+            level.store.write(key, data)
+        except BackendError:
+            log.warning("cannot write block %s to hot level %s", key, level.name, exc_info=True)
+            with self._cond:
+                level.index.abort(key)
+            return None
+        with self._cond:
+            level.index.commit(key, now)
+        return index
+
+    def _evict(self, level_index: int, victims: list[str]) -> None:
+        """Delete victims of a level (under the lock), demoting them a level down or to warm."""
+        level = self._levels[level_index]
+        for victim in victims:
+            lower = level_index + 1 < len(self._levels)
+            to_warm = self._warm_sync is not None and victim not in self._warm_sync.known
+            data = None
+            if lower or to_warm:
+                try:
+                    data = level.store.read(victim)
+                except KeyError:
+                    data = None
+            level.store.delete(victim)
+            if data is None:
+                continue
+            if lower:
+                below = self._levels[level_index + 1]
+                admission = below.index.reserve(victim, len(data), self._now())
+                if admission.admitted:
+                    self._evict(level_index + 1, admission.victims)
+                    try:
+                        below.store.write(victim, data)
+                        below.index.commit(victim, self._now())
+                        continue
+                    except BackendError:
+                        below.index.abort(victim)
+            if to_warm:
+                try:
+                    raw, digest = decode_block(victim, data)
+                except IntegrityError:
+                    continue
+                self._warm_sync.offer(victim, raw, digest)

@@ -1,0 +1,153 @@
+"""Finding or starting Ray, and the tierload actors on it.
+
+With no cluster configured (``ray.address: null`` and no ``RAY_ADDRESS``), tierload starts
+its own local Ray, bound to 127.0.0.1 only, without the dashboard; ``address=`` joins an
+existing cluster. Actor names include a hash of the tier locations, so two tierload
+deployments with different directories never share actors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import xxhash
+
+from tierload.config import TierloadConfig
+from tierload.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+# A non-detached actor dies when its owner drops the last handle, so the process that
+# created an actor keeps its handle here for as long as it lives.
+_KEEPALIVE: dict[str, Any] = {}
+
+COORDINATOR_PREFIX = "tierload-coordinator"
+NODE_CACHE_PREFIX = "tierload-cache"
+
+
+def ensure_ray(config: TierloadConfig) -> None:
+    """Connect to Ray if this process is not connected yet.
+
+    Raises:
+        ServiceError: Ray could not be started or reached.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    try:
+        if address:
+            ray.init(address=address, namespace=config.ray.namespace, log_to_driver=True,
+                     configure_logging=False)
+        else:
+            # address="local" starts a fresh cluster even if a stale /tmp/ray session exists.
+            ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
+                     _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
+                     object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
+                     configure_logging=False)
+    except Exception as exc:  # noqa: BLE001 - Ray raises many types; say what we tried
+        raise ServiceError(f"cannot {'join Ray at ' + address if address else 'start a local Ray'}: {exc}") from exc
+
+
+def deployment_id(config: TierloadConfig) -> str:
+    """Short id of a deployment: which hot directory and warm tier its actors own."""
+    hot = os.path.abspath(os.path.expanduser(config.hot.dir))
+    return xxhash.xxh3_64_hexdigest(f"{hot}\x00{config.warm.url or ''}".encode())[:12]
+
+
+def coordinator_name(config: TierloadConfig) -> str:
+    return f"{COORDINATOR_PREFIX}-{deployment_id(config)}"
+
+
+def node_cache_name(config: TierloadConfig, node_id: str) -> str:
+    return f"{NODE_CACHE_PREFIX}-{deployment_id(config)}-{node_id[:16]}"
+
+
+def _actor_options(name: str, namespace: str, detached: bool) -> dict[str, Any]:
+    options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True, "num_cpus": 0,
+                               "max_concurrency": 64, "max_restarts": 3, "max_task_retries": 2}
+    if detached:
+        options["lifetime"] = "detached"
+    return options
+
+
+def get_coordinator(config: TierloadConfig, detached: bool = False):
+    """The deployment's coordinator actor, created if missing (None when warm is disabled)."""
+    import ray
+
+    from tierload.cache.coordinator import Coordinator
+
+    if not config.warm.url:
+        return None
+    handle = ray.remote(Coordinator).options(
+        **_actor_options(coordinator_name(config), config.ray.namespace, detached)).remote(config.to_dict())
+    ray.get(handle.ready.remote())
+    _KEEPALIVE[coordinator_name(config)] = handle
+    return handle
+
+
+class _CoordinatorCall:
+    """``call(method, *args)`` on the coordinator, found by name (survives its restarts)."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        self.name = name
+        self.namespace = namespace
+
+    def __call__(self, method: str, *args):
+        import ray
+
+        handle = ray.get_actor(self.name, namespace=self.namespace)
+        return ray.get(getattr(handle, method).remote(*args), timeout=60)
+
+
+class _RayNodeCache:
+    """Actor body: a NodeCache that knows its Ray node and reaches the coordinator by name."""
+
+    def __init__(self, config: dict, coordinator: str | None, namespace: str) -> None:
+        import ray
+
+        from tierload.cache.node_cache import NodeCache
+
+        node_id = ray.get_runtime_context().get_node_id()
+        call = _CoordinatorCall(coordinator, namespace) if coordinator else None
+        self.cache = NodeCache(config, node_id=node_id, coordinator_call=call)
+
+    def ready(self) -> bool:
+        return True
+
+    def call(self, method: str, *args, **kwargs):
+        """Invoke a NodeCache method (the same API the local channel serves)."""
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return getattr(self.cache, method)(*args, **kwargs)
+
+
+def get_node_cache(config: TierloadConfig, node_id: str | None = None, detached: bool = False):
+    """The cache actor of ``node_id`` (default: this process's node), created and pinned if missing."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node_id = node_id or ray.get_runtime_context().get_node_id()
+    coordinator = get_coordinator(config, detached=detached)
+    options = _actor_options(node_cache_name(config, node_id), config.ray.namespace, detached)
+    options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    handle = ray.remote(_RayNodeCache).options(**options).remote(
+        config.to_dict(), coordinator_name(config) if coordinator is not None else None, config.ray.namespace)
+    try:
+        ray.get(handle.ready.remote(), timeout=120)
+    except Exception as exc:  # noqa: BLE001
+        raise ServiceError(f"the node cache actor on node {node_id} did not start: {exc}") from exc
+    _KEEPALIVE[options["name"]] = handle
+    return handle
+
+
+def node_endpoint(config: TierloadConfig) -> dict[str, Any]:
+    """Start (or find) this node's cache and return how consumers reach it."""
+    import ray
+
+    ensure_ray(config)
+    handle = get_node_cache(config)
+    return ray.get(handle.call.remote("endpoint"))

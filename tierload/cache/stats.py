@@ -1,0 +1,39 @@
+"""Counters of what a stream (one rank's epoch) or a whole node cache did."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+COUNTERS = (
+    "accesses",             # planned block accesses of the epoch (runs)
+    "hot_hits",             # ... served by a block already in (or on its way into) the hot tier
+    "warm_hits",            # ... brought from the warm tier
+    "cold_misses",          # ... brought from the cold tier
+    "cold_bytes",           # bytes read from the cold tier (the S3 bill)
+    "cold_gets",            # GET requests to the cold tier
+    "warm_bytes",           # bytes read from the warm tier
+    "wire_raw_bytes",       # block bytes sent to consumers over the channel, before compression
+    "wire_sent_bytes",      # ... as sent (zstd or raw)
+    "integrity_failures",   # copies dropped because they did not match their checksum
+    "fetch_errors",         # fetches that failed (the error reached the consumer if it needed the block)
+)
+
+
+def new_stats() -> Counter:
+    """A zeroed counter set."""
+    return Counter({name: 0 for name in COUNTERS})
+
+
+def hit_ratios(stats: dict) -> dict[str, float]:
+    """Fraction of accesses served from each tier: ``{"hot": .., "warm": .., "cold": ..}``."""
+    accesses = stats.get("accesses", 0) or 0
+    if not accesses:
+        return {"hot": 0.0, "warm": 0.0, "cold": 0.0}
+    return {tier: stats.get(f"{tier}_{kind}", 0) / accesses
+            for tier, kind in (("hot", "hits"), ("warm", "hits"), ("cold", "misses"))}
+
+
+def wire_ratio(stats: dict) -> float:
+    """Compression ratio achieved on the wire (raw bytes / sent bytes; 1.0 when nothing was sent)."""
+    sent = stats.get("wire_sent_bytes", 0)
+    return stats.get("wire_raw_bytes", 0) / sent if sent else 1.0

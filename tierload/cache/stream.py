@@ -1,0 +1,164 @@
+"""A stream: the planned block accesses of one rank in one epoch, and its consumers' progress.
+
+Pure bookkeeping (numpy, no I/O), used by the node cache to prefetch ahead of the training
+loop and to tell the clairvoyant policy how far ahead each block is needed.
+
+A *run* is one access of a block: consecutive (or nearly consecutive, within ``reuse_gap``
+positions) samples of the same block are served by one fetch. For one-sample-per-object
+layouts every position is its own run; for row-group blocks under block-aware shuffle a run
+covers the block's rows inside its shuffle window.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+NEVER = np.iinfo(np.int64).max
+
+
+def plan_runs(seq: np.ndarray, reuse_gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Group positions into runs.
+
+    Args:
+        seq: int array (positions,): block index needed at each position.
+        reuse_gap: A block needed again at most this many positions later continues its run
+            (1: only consecutive positions share a run).
+
+    Returns:
+        ``(run_start, run_block, run_last, pos_run)``: start position, block and last position
+        of each run (runs sorted by start), and the run index of every position.
+    """
+    count = len(seq)
+    if count == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    positions = np.arange(count, dtype=np.int64)
+    order = np.lexsort((positions, seq))
+    blocks_sorted = seq[order]
+    same_block = np.r_[False, blocks_sorted[1:] == blocks_sorted[:-1]]
+    gap = np.r_[NEVER, np.diff(order)]
+    new_run = ~(same_block & (gap <= reuse_gap))
+    # Forward-fill, along the sorted order, the position where the current run started.
+    start_sorted = order[np.maximum.accumulate(np.where(new_run, np.arange(count), 0))]
+    start_of_pos = np.empty(count, dtype=np.int64)
+    start_of_pos[order] = start_sorted
+    run_start = np.flatnonzero(start_of_pos == positions)
+    pos_run = np.searchsorted(run_start, start_of_pos)
+    run_last = np.zeros(len(run_start), dtype=np.int64)
+    np.maximum.at(run_last, pos_run, positions)
+    return run_start, seq[run_start].astype(np.int64), run_last, pos_run
+
+
+def next_run_of_same_block(run_block: np.ndarray) -> np.ndarray:
+    """For each run, the index of the next run of the same block (``NEVER`` if none)."""
+    count = len(run_block)
+    runs = np.arange(count, dtype=np.int64)
+    order = np.lexsort((runs, run_block))
+    nxt = np.full(count, NEVER, dtype=np.int64)
+    same = run_block[order][1:] == run_block[order][:-1]
+    nxt[order[:-1][same]] = order[1:][same]
+    return nxt
+
+
+class Stream:
+    """Planned accesses of one (dataset, epoch, rank) and the progress of its consumers.
+
+    Args:
+        stream_id: Unique name.
+        dataset_id: The dataset the block indices refer to.
+        epoch: Epoch number.
+        seq: int array: block index at each position of the rank's order; positions at and
+            beyond ``consume_len`` are a look-ahead into the next epoch (prefetched, not counted).
+        consume_len: Number of positions the consumers will actually read.
+        num_consumers: DataLoader workers of the rank (their cursors are tracked separately).
+        num_blocks: Blocks in the dataset.
+        reuse_gap: See :func:`plan_runs`.
+    """
+
+    def __init__(self, stream_id: str, dataset_id: str, epoch: int, seq: np.ndarray, consume_len: int,
+                 num_consumers: int, num_blocks: int, reuse_gap: int = 1) -> None:
+        self.stream_id = stream_id
+        self.dataset_id = dataset_id
+        self.epoch = epoch
+        self.consume_len = consume_len
+        self.num_consumers = num_consumers
+        self.run_start, self.run_block, self.run_last, self.pos_run = plan_runs(np.asarray(seq), reuse_gap)
+        self.nxt = next_run_of_same_block(self.run_block)
+        self.num_runs = len(self.run_start)
+        self.consume_runs = int(np.searchsorted(self.run_start, consume_len))
+        # next_use[b]: first run of block b at or after the prefetch frontier.
+        self.next_use = np.full(num_blocks, NEVER, dtype=np.int64)
+        blocks, first_run = np.unique(self.run_block, return_index=True)
+        self.next_use[blocks] = first_run
+        self.cursors: dict[int, int] = {}
+        self.done: set[int] = set()
+        self.next_run = 0
+        self.scheduled: list[tuple[int, int]] = []  # heap of (run_last, run) not yet passed
+        self.window_bytes = 0
+        self.stats: dict[str, float] = {}
+
+    @property
+    def cursor(self) -> int:
+        """Smallest position any consumer has not consumed yet (unregistered consumers count as 0)."""
+        if len(self.done) >= self.num_consumers:
+            return self.consume_len
+        values = [self.cursors.get(c, 0) for c in range(self.num_consumers) if c not in self.done]
+        return min(values) if values else self.consume_len
+
+    @property
+    def finished(self) -> bool:
+        return len(self.done) >= self.num_consumers
+
+    def counted(self, run: int) -> bool:
+        """Whether ``run`` is a real access of this epoch (not look-ahead into the next)."""
+        return run < self.consume_runs
+
+    def mark_scheduled(self, run: int) -> None:
+        """Advance the frontier past ``run`` and record the block's next later use."""
+        heapq.heappush(self.scheduled, (int(self.run_last[run]), run))
+        self.next_use[self.run_block[run]] = self.nxt[run]
+        self.next_run = run + 1
+
+    def skip_to(self, run: int) -> list[int]:
+        """Consumers read runs up to ``run`` straight from the hot tier: move the frontier there.
+
+        Returns the skipped run indices (they were hot hits nobody scheduled).
+        """
+        skipped = list(range(self.next_run, run))
+        if skipped:
+            blocks = self.run_block[self.next_run:run]
+            self.next_use[blocks] = self.nxt[self.next_run:run]  # ascending: the last write wins
+            self.next_run = run
+        return skipped
+
+    def set_cursor(self, consumer: int, position: int) -> list[int]:
+        """Record that ``consumer`` has consumed every position before ``position``.
+
+        Returns:
+            Scheduled runs that every consumer has now passed (to unpin), in no fixed order.
+        """
+        if position >= self.consume_len:
+            self.done.add(consumer)
+        self.cursors[consumer] = max(position, self.cursors.get(consumer, 0))
+        cursor = self.cursor
+        passed = []
+        while self.scheduled and self.scheduled[0][0] < cursor:
+            passed.append(heapq.heappop(self.scheduled)[1])
+        return passed
+
+    def drain(self) -> list[int]:
+        """Every run still scheduled (the stream is closing)."""
+        runs = [run for _, run in self.scheduled]
+        self.scheduled = []
+        return runs
+
+    def run_of(self, position: int) -> int:
+        """The run that serves ``position``."""
+        return int(self.pos_run[position])
+
+    def distance(self, block: int) -> int:
+        """Runs between the prefetch frontier and the next planned use of ``block``."""
+        nxt = int(self.next_use[block])
+        return NEVER if nxt == NEVER else nxt - self.next_run

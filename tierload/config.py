@@ -1,0 +1,289 @@
+"""Configuration: frozen pydantic models, and the one function that resolves precedence.
+
+Precedence, highest first: explicit arguments > ``TIERLOAD_*`` environment > YAML file >
+the embedded ``configs/default.yaml``. Environment variables name a nested key with double
+underscores (``TIERLOAD_HOT__CAPACITY_BYTES=4GiB``) and are parsed to the field's type.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tierload.errors import ConfigError
+from tierload.units import parse_bytes
+
+ENV_PREFIX = "TIERLOAD_"
+HOT_POLICIES = ("clairvoyant", "keep", "lfu", "lru")
+WARM_POLICIES = ("keep", "lfu", "lru")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _bytes_field(value: Any, info) -> int:
+    return parse_bytes(value, field=info.field_name)
+
+
+class ColdConfig(_Frozen):
+    """How to reach the cold tier (S3 or any fsspec object store). Read-only."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    anon: bool = False
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+    max_request_bytes: int = 64 * 2**20
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(60.0, gt=0)
+    max_attempts: int = Field(3, ge=1, le=20)
+
+    _parse_sizes = field_validator("max_request_bytes", mode="before")(_bytes_field)
+
+    @field_validator("max_request_bytes")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"max_request_bytes must be >= 1 byte, got {value}")
+        return value
+
+
+class WarmConfig(_Frozen):
+    """The shared warm tier: any fsspec URL (``None`` disables it)."""
+
+    url: str | None = "~/.cache/tierload/warm"
+    capacity_bytes: int = 10 * 2**30
+    compress: bool = False
+
+    _parse_sizes = field_validator("capacity_bytes", mode="before")(_bytes_field)
+
+
+class HotConfig(_Frozen):
+    """The node-local hot tier: a directory, plus an optional RAM level."""
+
+    dir: str = "/tmp/tierload-hot"
+    capacity_bytes: int = 2 * 2**30
+    ram_capacity_bytes: int = 0
+
+    _parse_sizes = field_validator("capacity_bytes", "ram_capacity_bytes", mode="before")(_bytes_field)
+
+
+class PrefetchConfig(_Frozen):
+    """How far ahead of the training loop the node cache fetches."""
+
+    depth_blocks: int = Field(64, ge=0)
+    depth_bytes: int = 256 * 2**20
+    concurrency: int = Field(16, ge=1, le=512)
+
+    _parse_sizes = field_validator("depth_bytes", mode="before")(_bytes_field)
+
+
+class WireConfig(_Frozen):
+    """Compression of block bytes that travel between processes."""
+
+    zstd_level: int = Field(3, ge=-7, le=22)
+    min_ratio: float = Field(1.1, ge=1.0)
+
+
+class TierPolicyConfig(_Frozen):
+    """Admission and eviction of one tier."""
+
+    eviction: str
+    admit_min_count: float = Field(1.0, ge=0)
+
+
+class DecayConfig(_Frozen):
+    """Aging of access counts: an access weighs half as much ``half_life`` units later."""
+
+    unit: Literal["epoch", "second"] = "epoch"
+    half_life: float = Field(4.0, gt=0)
+
+
+class PolicyConfig(_Frozen):
+    """Migration policy for the hot and warm tiers."""
+
+    hot: TierPolicyConfig = TierPolicyConfig(eviction="clairvoyant")
+    warm: TierPolicyConfig = TierPolicyConfig(eviction="lfu")
+    decay: DecayConfig = DecayConfig()
+
+    @model_validator(mode="after")
+    def _known_policies(self) -> "PolicyConfig":
+        if self.hot.eviction not in HOT_POLICIES:
+            raise ValueError(f"policy.hot.eviction: unknown policy {self.hot.eviction!r}; "
+                             f"choose one of {', '.join(HOT_POLICIES)}")
+        if self.warm.eviction not in WARM_POLICIES:
+            raise ValueError(f"policy.warm.eviction: unknown policy {self.warm.eviction!r}; "
+                             f"choose one of {', '.join(WARM_POLICIES)} (clairvoyant needs a "
+                             "known access order, which only a node's hot tier has)")
+        return self
+
+
+class ManifestConfig(_Frozen):
+    """How the dataset is described from a listing of the cold prefix."""
+
+    cache_dir: str = "~/.cache/tierload/manifests"
+    layout: Literal["auto", "imagefolder", "parquet"] = "auto"
+    extensions: tuple[str, ...] = (".png", ".jpg", ".jpeg")
+    label_column: str | None = "label"
+    exclude: tuple[str, ...] = ("_SUCCESS", "_common_metadata", "_metadata")
+
+
+class RayConfig(_Frozen):
+    """How tierload finds or starts Ray."""
+
+    address: str | None = None
+    namespace: str = "tierload"
+    num_cpus: int | None = Field(None, ge=1)
+    object_store_memory_bytes: int = 256 * 2**20
+
+    _parse_sizes = field_validator("object_store_memory_bytes", mode="before")(_bytes_field)
+
+
+class TierloadConfig(_Frozen):
+    """The whole configuration. Build it with :func:`load_config`."""
+
+    cold: ColdConfig = ColdConfig()
+    warm: WarmConfig = WarmConfig()
+    hot: HotConfig = HotConfig()
+    prefetch: PrefetchConfig = PrefetchConfig()
+    wire: WireConfig = WireConfig()
+    policy: PolicyConfig = PolicyConfig()
+    manifest: ManifestConfig = ManifestConfig()
+    ray: RayConfig = RayConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (for YAML, JSON and shipping to actors)."""
+        return self.model_dump(mode="json")
+
+
+def default_config_dict() -> dict[str, Any]:
+    """The embedded defaults, read from the packaged ``configs/default.yaml``."""
+    text = resources.files("tierload.configs").joinpath("default.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text) or {}
+
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a policy/config YAML file into a dict.
+
+    Raises:
+        ConfigError: The file is missing, is not YAML, or is not a mapping at the top.
+    """
+    file = Path(path).expanduser()
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(file)!r} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(file)!r} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top, got {type(data).__name__}")
+    return data
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``TIERLOAD_HOT__CAPACITY_BYTES=4GiB`` -> ``{"hot": {"capacity_bytes": "4GiB"}}``.
+
+    Values stay strings (YAML-parsed, so ``true``/``3``/``null`` work); pydantic converts them
+    to each field's type, so a seed or size from the environment is never left a string.
+    """
+    result: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        path = name[len(ENV_PREFIX):].lower().split("__")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and path[-1].endswith("_bytes"):
+            value = int(value)
+        node = result
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = raw if isinstance(value, (dict, list)) and path[-1] != "extensions" else value
+    return result
+
+
+def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursively merge ``override`` into a copy of ``base`` (override wins)."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def validation_messages(exc: ValidationError) -> list[str]:
+    """One line per problem: ``hot.capacity_bytes: 'ten gigs' is not a size ...``."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"])
+        message = err["msg"]
+        for prefix in ("Value error, ", "Assertion failed, ", f"{err['loc'][-1] if err['loc'] else ''}: "):
+            message = message.removeprefix(prefix)
+        if err["type"] == "extra_forbidden":
+            message = f"unknown key {err['loc'][-1]!r} (typo?)"
+        elif "input" in err and err["type"] not in ("value_error",) and not message.startswith(where):
+            message = f"{message} (got {err['input']!r})"
+        lines.append(f"{where}: {message}" if where and not message.startswith(where) else message)
+    return lines
+
+
+def build_config(data: Mapping[str, Any]) -> TierloadConfig:
+    """Validate a full config mapping.
+
+    Raises:
+        ConfigError: Listing every invalid value with its key.
+    """
+    try:
+        return TierloadConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError("invalid tierload config:\n  " + "\n  ".join(validation_messages(exc))) from None
+
+
+def as_config(config: "TierloadConfig | Mapping[str, Any]") -> TierloadConfig:
+    """An already-resolved config, or its dict form (as shipped to actors: no defaults or
+    environment are applied again, so the sender's precedence decision stands)."""
+    return config if isinstance(config, TierloadConfig) else build_config(config)
+
+
+def load_config(source: "TierloadConfig | Mapping[str, Any] | str | os.PathLike | None" = None,
+                overrides: Mapping[str, Any] | None = None,
+                environ: Mapping[str, str] | None = None) -> TierloadConfig:
+    """Resolve the effective configuration.
+
+    Args:
+        source: A ready :class:`TierloadConfig` (returned with only ``overrides`` applied), a
+            mapping of settings, a path to a YAML file, or ``None`` for the embedded defaults.
+        overrides: Explicit settings (nested mapping); they win over everything else.
+        environ: Environment to read ``TIERLOAD_*`` variables from (default ``os.environ``).
+
+    Returns:
+        The validated, frozen configuration.
+
+    Raises:
+        ConfigError: A value is invalid (the message lists every bad key and value), or the
+            file cannot be read.
+    """
+    if isinstance(source, TierloadConfig):
+        return build_config(deep_merge(source.to_dict(), overrides or {})) if overrides else source
+    data = default_config_dict()
+    if isinstance(source, (str, os.PathLike)):
+        data = deep_merge(data, read_yaml(source))
+    elif isinstance(source, Mapping):
+        data = deep_merge(data, source)
+    elif source is not None:
+        raise ConfigError(f"config must be a TierloadConfig, a mapping or a YAML path, got {type(source).__name__}")
+    data = deep_merge(data, env_overrides(os.environ if environ is None else environ))
+    data = deep_merge(data, overrides or {})
+    return build_config(data)

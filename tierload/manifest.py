@@ -1,0 +1,202 @@
+"""The manifest: every block and sample of a dataset, built once by listing the cold prefix.
+
+It is cached as JSON under ``manifest.cache_dir`` (keyed by URL, layout and endpoint) so a
+second start does not list again; ``refresh=True`` (``tierload manifest --refresh``) lists anew.
+A changed object gets a new block key (the key includes the ETag), so a refreshed manifest
+can never be served an old cached copy.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from tierload.blocks import Block
+from tierload.config import ManifestConfig
+from tierload.errors import ManifestError
+from tierload.layouts.base import BlockDecoder, LayoutPlan
+from tierload.stores.cold import ColdSource, ObjectInfo
+
+log = logging.getLogger(__name__)
+FORMAT_VERSION = 1
+LAYOUTS = ("imagefolder", "parquet", "files")
+
+
+def _encode_array(array: np.ndarray) -> dict[str, str]:
+    return {"dtype": str(array.dtype), "data": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()}
+
+
+def _decode_array(blob: dict[str, str]) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(blob["data"]), dtype=blob["dtype"]).copy()
+
+
+@dataclass
+class Manifest:
+    """Blocks and samples of one dataset.
+
+    Attributes:
+        url: The dataset prefix URL in the cold tier.
+        layout: ``"imagefolder"``, ``"parquet"`` or ``"files"``.
+        blocks: Every block (see :class:`tierload.blocks.Block`).
+        sample_block: int32 (num_samples,): block index of each sample.
+        sample_index: int32 (num_samples,): position of each sample inside its block.
+        labels: int64 (num_samples,): class index, or -1 where the label comes with the data.
+        classes: Class names, indexed by label.
+        extra: Layout-specific data (Parquet footers).
+        skipped: Objects listed but not used, with the reason.
+        created_at: Unix time (seconds) of the listing.
+    """
+
+    url: str
+    layout: str
+    blocks: list[Block]
+    sample_block: np.ndarray
+    sample_index: np.ndarray
+    labels: np.ndarray
+    classes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    created_at: float = 0.0
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.sample_block.shape[0])
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of block sizes in bytes."""
+        return sum(block.length for block in self.blocks)
+
+    @property
+    def dataset_id(self) -> str:
+        """Identity of this exact content: changes whenever any block (or its version) changes."""
+        if not hasattr(self, "_dataset_id"):
+            digest = xxhash.xxh3_128()
+            digest.update(self.url.encode())
+            for block in self.blocks:
+                digest.update(block.key.encode())
+            self._dataset_id = digest.hexdigest()[:24]
+        return self._dataset_id
+
+    def decoder(self, label_column: str | None = "label", columns: list[str] | None = None) -> BlockDecoder:
+        """The block decoder for this layout."""
+        from tierload.layouts.objects import ImageDecoder, RawDecoder
+
+        if self.layout == "imagefolder":
+            return ImageDecoder(self.labels)
+        if self.layout == "files":
+            return RawDecoder(self.labels)
+        from tierload.layouts.parquet import ParquetDecoder
+
+        return ParquetDecoder(self.extra, [b.offset for b in self.blocks], label_column, columns)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": FORMAT_VERSION, "url": self.url, "layout": self.layout, "created_at": self.created_at,
+            "blocks": {"key": [b.key for b in self.blocks], "url": [b.url for b in self.blocks],
+                       "version": [b.version for b in self.blocks], "offset": [b.offset for b in self.blocks],
+                       "length": [b.length for b in self.blocks]},
+            "sample_block": _encode_array(self.sample_block), "sample_index": _encode_array(self.sample_index),
+            "labels": _encode_array(self.labels), "classes": self.classes, "extra": self.extra,
+            "skipped": self.skipped,
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> "Manifest":
+        data = json.loads(text)
+        if data.get("format") != FORMAT_VERSION:
+            raise ManifestError(f"cached manifest has format {data.get('format')!r}, expected {FORMAT_VERSION}")
+        columns = data["blocks"]
+        blocks = [Block(*row) for row in zip(columns["key"], columns["url"], columns["version"],
+                                             columns["offset"], columns["length"])]
+        return cls(url=data["url"], layout=data["layout"], blocks=blocks,
+                   sample_block=_decode_array(data["sample_block"]), sample_index=_decode_array(data["sample_index"]),
+                   labels=_decode_array(data["labels"]), classes=data["classes"], extra=data["extra"],
+                   skipped=data["skipped"], created_at=data["created_at"])
+
+
+def detect_layout(objects: list[ObjectInfo], config: ManifestConfig) -> str:
+    """Pick the layout from what the listing holds (``manifest.layout: auto``)."""
+    names = [obj.url.lower() for obj in objects if obj.size > 0]
+    if names and all(name.endswith(".parquet") for name in names):
+        return "parquet"
+    if any(name.endswith(tuple(config.extensions)) for name in names):
+        return "imagefolder"
+    return "files"
+
+
+def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | None = None) -> Manifest:
+    """List the cold prefix and describe the dataset.
+
+    Args:
+        source: The cold tier under the dataset prefix.
+        config: Manifest settings.
+        layout: Overrides ``config.layout``; one of ``imagefolder``, ``parquet``, ``files``, ``auto``.
+
+    Raises:
+        ManifestError: Unknown layout or nothing to read.
+        BackendError: The listing failed (unreachable endpoint, missing bucket ...).
+    """
+    from tierload.layouts.objects import plan_objects
+    from tierload.layouts.parquet import plan_parquet
+
+    objects = source.list_objects(exclude=tuple(config.exclude))
+    if not objects:
+        raise ManifestError("the prefix holds no objects", tier="cold", url=source.url)
+    chosen = layout or config.layout
+    if chosen == "auto":
+        chosen = detect_layout(objects, config)
+    if chosen == "imagefolder":
+        plan: LayoutPlan = plan_objects(source.url, objects, extensions=tuple(e.lower() for e in config.extensions),
+                                        skip_empty=True)
+    elif chosen == "files":
+        plan = plan_objects(source.url, objects, extensions=None, skip_empty=False)
+    elif chosen == "parquet":
+        plan = plan_parquet(source, objects)
+    else:
+        raise ManifestError(f"unknown layout {chosen!r}; choose one of auto, {', '.join(LAYOUTS)}")
+    log.info("manifest of %s: %d objects -> %d blocks, %d samples (%s)", source.url, len(objects),
+             len(plan.blocks), len(plan.sample_block), chosen)
+    return Manifest(url=source.url, layout=chosen, blocks=plan.blocks, sample_block=plan.sample_block,
+                    sample_index=plan.sample_index, labels=plan.labels, classes=plan.classes, extra=plan.extra,
+                    skipped=plan.skipped, created_at=time.time())
+
+
+def cache_path(source: ColdSource, config: ManifestConfig, layout: str | None) -> Path:
+    """Where the cached manifest of this (URL, layout, endpoint) lives."""
+    endpoint = str(source.storage_options.get("client_kwargs", {}).get("endpoint_url", ""))
+    ident = xxhash.xxh3_64_hexdigest(f"{source.url}\x00{layout or config.layout}\x00{endpoint}".encode())
+    return Path(os.path.expanduser(config.cache_dir)) / f"{ident}.json"
+
+
+def load_manifest(source: ColdSource, config: ManifestConfig, layout: str | None = None,
+                  refresh: bool = False) -> Manifest:
+    """Return the cached manifest, or list the prefix and cache the result.
+
+    Args:
+        source: The cold tier under the dataset prefix.
+        config: Manifest settings (``cache_dir``).
+        layout: Layout override (see :func:`build_manifest`).
+        refresh: List again even when a cached manifest exists.
+    """
+    path = cache_path(source, config, layout)
+    if not refresh and path.is_file():
+        try:
+            return Manifest.from_json(path.read_text(encoding="utf-8"))
+        except (ValueError, KeyError) as exc:
+            log.warning("cached manifest %s is unreadable (%s); listing again", path, exc)
+    manifest = build_manifest(source, config, layout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(manifest.to_json(), encoding="utf-8")
+    os.replace(tmp, path)
+    return manifest

@@ -1,0 +1,103 @@
+"""A local S3 endpoint: moto's server on 127.0.0.1, in a child process, on a free port.
+
+Used by ``tierload demo``, the tests and the benchmarks. The server runs in its own process
+so it does not compete with the training loop for the GIL, and exits when its parent does
+(it watches its stdin).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from tierload.errors import ServiceError
+
+_SERVER = r"""
+import logging, sys
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print(server.get_host_and_port()[1], flush=True)
+sys.stdin.read()  # returns when the parent closes the pipe or exits
+server.stop()
+"""
+
+CREDENTIALS = {"key": "tierload-local", "secret": "tierload-local-secret"}
+
+
+class LocalS3:
+    """moto's S3 server on 127.0.0.1.
+
+    Use as a context manager; ``endpoint_url`` is valid inside it::
+
+        with LocalS3() as s3:
+            fs = s3.filesystem()
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self.port = 0
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def storage_options(self) -> dict:
+        """s3fs options that reach this server with its dummy credentials."""
+        return {**CREDENTIALS, "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"}}
+
+    def start(self, timeout_s: float = 60.0) -> "LocalS3":
+        """Start the server and wait until it answers.
+
+        Raises:
+            ServiceError: moto is not installed or the server did not come up.
+        """
+        self._proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        deadline = time.monotonic() + timeout_s
+        line = self._proc.stdout.readline().strip()
+        if not line.isdigit():
+            self.stop()
+            raise ServiceError("moto's S3 server did not start (is moto[server] installed? "
+                               "pip install 'tierload[demo]')")
+        self.port = int(line)
+        while time.monotonic() < deadline:
+            try:
+                import urllib.request
+                urllib.request.urlopen(self.endpoint_url, timeout=2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise ServiceError(f"moto's S3 server at {self.endpoint_url} did not answer within {timeout_s:.0f}s")
+
+    def filesystem(self):
+        """A fresh s3fs filesystem on this server (for uploading test data)."""
+        import s3fs
+        return s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
+
+    def create_bucket(self, name: str):
+        """Create bucket ``name`` and return an s3fs filesystem on this server."""
+        fs = self.filesystem()
+        fs.call_s3("create_bucket", Bucket=name)
+        fs.invalidate_cache()
+        return fs
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> "LocalS3":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,291 @@
+"""The cold tier: the read-only source of truth (S3 through s3fs, or any fsspec store).
+
+All SDK errors are translated here, in one place, into :mod:`tierload.errors` types.
+Retries: botocore's "standard" mode retries throttling, 5xx and connection errors with
+jittered exponential backoff (bounded by ``cold.max_attempts``); a body that breaks off
+mid-stream is retried here with the same bound. Nothing else is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from tierload.config import ColdConfig
+from tierload.errors import (BackendError, BucketNotFoundError, EndpointUnreachableError, SourceChangedError,
+                             SourceNotFoundError, TierloadError, TransientBackendError)
+
+log = logging.getLogger(__name__)
+
+_TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
+                    "ServiceUnavailable", "503", "500", "502", "504"}
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One object in the cold tier.
+
+    Attributes:
+        url: Full URL, e.g. ``s3://bucket/train/7/img.png``.
+        size: Size in bytes.
+        version: ETag (S3) or ``mtime-size`` (stores without ETags).
+    """
+
+    url: str
+    size: int
+    version: str
+
+
+def _error_code(exc: BaseException) -> str:
+    cause = exc
+    while cause is not None:
+        response = getattr(cause, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code", ""))
+        cause = cause.__cause__ or cause.__context__
+    return ""
+
+
+def translate_error(exc: BaseException, url: str) -> TierloadError:
+    """Map an s3fs/botocore/aiohttp/OS error to the matching tierload error type."""
+    if isinstance(exc, TierloadError):
+        return exc
+    code = _error_code(exc)
+    text = str(exc)
+    names = {type(c).__name__ for c in _chain(exc)}
+    if names & {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
+                "ConnectionRefusedError", "ServerDisconnectedError", "gaierror"} and not code:
+        return EndpointUnreachableError(f"cannot reach the cold tier's endpoint: {text}", tier="cold", url=url)
+    if code == "NoSuchBucket" or "bucket does not exist" in text.lower():
+        return BucketNotFoundError("the bucket does not exist; check the URL and the endpoint", tier="cold",
+                                   url=url)
+    if code == "PreconditionFailed":
+        return SourceChangedError("the object changed since the manifest was built (ETag differs); "
+                                  "refresh the manifest", tier="cold", url=url)
+    if isinstance(exc, FileNotFoundError) or code in ("NoSuchKey", "404"):
+        return SourceNotFoundError("no such object or prefix", tier="cold", url=url)
+    if code in _TRANSIENT_CODES or names & {"ClientPayloadError", "IncompleteRead", "ReadTimeoutError",
+                                            "TimeoutError", "ConnectionResetError", "FSTimeoutError"}:
+        return TransientBackendError(f"transient cold-tier failure: {text}", tier="cold", url=url)
+    if isinstance(exc, PermissionError) or code in ("AccessDenied", "InvalidAccessKeyId", "ExpiredToken"):
+        return BackendError(f"access denied by the cold tier ({code or 'permission'}): {text}", tier="cold",
+                            url=url)
+    return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[str, Any]:
+    """Resolve the s3fs options once, in the process that reads the config.
+
+    Endpoint precedence: ``cold.endpoint_url`` > ``storage_options.client_kwargs.endpoint_url``
+    > ``AWS_ENDPOINT_URL_S3`` > ``AWS_ENDPOINT_URL``. Region: ``cold.region`` >
+    ``client_kwargs.region_name`` > ``AWS_REGION`` > ``AWS_DEFAULT_REGION``. The resolved values
+    are shipped to every process (DataLoader workers, actors on other nodes), so no process
+    falls back to AWS because its environment differs.
+    """
+    env = os.environ if environ is None else environ
+    options = dict(config.storage_options)
+    client_kwargs = dict(options.pop("client_kwargs", {}) or {})
+    endpoint = (config.endpoint_url or client_kwargs.get("endpoint_url") or env.get("AWS_ENDPOINT_URL_S3")
+                or env.get("AWS_ENDPOINT_URL"))
+    region = (config.region or client_kwargs.get("region_name") or env.get("AWS_REGION")
+              or env.get("AWS_DEFAULT_REGION"))
+    if endpoint:
+        client_kwargs["endpoint_url"] = endpoint
+    if region:
+        client_kwargs["region_name"] = region
+    config_kwargs = dict(options.pop("config_kwargs", {}) or {})
+    config_kwargs.setdefault("connect_timeout", config.connect_timeout_s)
+    config_kwargs.setdefault("read_timeout", config.read_timeout_s)
+    config_kwargs.setdefault("retries", {"max_attempts": config.max_attempts, "mode": "standard"})
+    options.update(client_kwargs=client_kwargs, config_kwargs=config_kwargs)
+    if config.anon:
+        options["anon"] = True
+    return options
+
+
+class ColdSource:
+    """Read-only access to the cold tier under one URL prefix.
+
+    Args:
+        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits``.
+        config: Cold-tier settings.
+        storage_options: Resolved fsspec options (default: resolved from ``config`` here).
+
+    The filesystem is created lazily in each process (never inherited through fork or
+    pickling), so every process gets its own event loop and HTTP session.
+    """
+
+    def __init__(self, url: str, config: ColdConfig, storage_options: dict | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.config = config
+        self.protocol = fsspec.utils.get_protocol(self.url)
+        if storage_options is None:
+            storage_options = s3_storage_options(config) if self.protocol in ("s3", "s3a") else dict(
+                config.storage_options)
+        self.storage_options = storage_options
+        self._fs = None
+        self._pid = -1
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fs"], state["_pid"] = None, -1
+        return state
+
+    @property
+    def fs(self):
+        if self._fs is None or self._pid != os.getpid():
+            cls = fsspec.get_filesystem_class(self.protocol)
+            # skip_instance_cache: a cached instance may hold another process's session or loop.
+            self._fs = cls(skip_instance_cache=True, **self.storage_options)
+            if self.protocol in ("s3", "s3a"):
+                self._fs.retries = 1  # botocore's standard mode retries; s3fs's own loop would multiply them
+            self._pid = os.getpid()
+        return self._fs
+
+    def _strip(self, url: str) -> str:
+        return self.fs._strip_protocol(url)
+
+    def _unstrip(self, path: str) -> str:
+        return f"{self.protocol}://{path}" if self.protocol not in ("file", "local") else path
+
+    def _version(self, info: dict) -> str:
+        etag = info.get("ETag") or info.get("etag")
+        if etag:
+            return str(etag)
+        return f"{info.get('mtime') or info.get('LastModified') or info.get('created', '')}-{info.get('size')}"
+
+    def list_objects(self, exclude: tuple[str, ...] = ()) -> list[ObjectInfo]:
+        """List every object under the prefix (paginated by s3fs; any number of objects).
+
+        Directory markers (keys ending in ``/``) and base names in ``exclude`` are skipped.
+
+        Raises:
+            EndpointUnreachableError, BucketNotFoundError, SourceNotFoundError, BackendError.
+        """
+        root = self._strip(self.url)
+        try:
+            entries = self.fs.find(root, detail=True, withdirs=False)
+        except Exception as exc:  # noqa: BLE001 - translated in one place
+            raise translate_error(exc, self.url) from exc
+        if not entries:
+            # find() returns {} for a missing bucket on some backends; ask the bucket directly.
+            try:
+                if not self.fs.exists(root.split("/", 1)[0]):
+                    raise BucketNotFoundError("the bucket does not exist; check the URL and the endpoint",
+                                              tier="cold", url=self.url)
+            except TierloadError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise translate_error(exc, self.url) from exc
+        objects = []
+        for path, info in sorted(entries.items()):
+            name = path.rsplit("/", 1)[-1]
+            if info.get("type") == "directory" or path.endswith("/") or not name or name in exclude:
+                continue
+            objects.append(ObjectInfo(self._unstrip(path), int(info.get("size") or 0), self._version(info)))
+        return objects
+
+    def head(self, url: str) -> ObjectInfo:
+        """Current size and version of one object (one HEAD request)."""
+        try:
+            info = self.fs.info(self._strip(url))
+        except Exception as exc:  # noqa: BLE001
+            raise translate_error(exc, url) from exc
+        return ObjectInfo(url, int(info.get("size") or 0), self._version(info))
+
+    def read(self, url: str, version: str, offset: int = 0, length: int | None = None,
+             tally: dict | None = None) -> bytes:
+        """Read ``length`` bytes at ``offset`` of the object, only if it still has ``version``.
+
+        Requests never exceed ``cold.max_request_bytes``. If ``tally`` is given, its
+        ``cold_gets`` and ``cold_bytes`` entries are increased by what this read cost.
+
+        Raises:
+            SourceChangedError: The object's version differs from ``version``.
+            SourceNotFoundError, EndpointUnreachableError, BackendError, TransientBackendError.
+        """
+        if length is None:
+            length = self.head(url).size - offset
+        tally = {} if tally is None else tally
+        if self.protocol in ("s3", "s3a"):
+            return self._read_s3(url, version, offset, length, tally)
+        return self._read_generic(url, version, offset, length, tally)
+
+    @staticmethod
+    def _count(tally: dict, data: bytes) -> None:
+        tally["cold_gets"] = tally.get("cold_gets", 0) + 1
+        tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
+
+    def _read_generic(self, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
+        current = self.head(url)
+        if current.version != version:
+            raise SourceChangedError("the object changed since the manifest was built; refresh the manifest",
+                                     tier="cold", url=url)
+        try:
+            data = self.fs.cat_file(self._strip(url), start=offset, end=offset + length)
+        except Exception as exc:  # noqa: BLE001
+            raise translate_error(exc, url) from exc
+        self._count(tally, data)
+        return data
+
+    def _read_s3(self, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
+        bucket, _, key = self._strip(url).partition("/")
+        step = self.config.max_request_bytes
+        ranges = [(start, min(start + step, offset + length)) for start in range(offset, offset + length, step)]
+        if not ranges:
+            ranges = [(offset, offset)]  # zero-byte block: one GET without a Range header
+        parts = [self._get_with_retries(bucket, key, url, version, start, end, tally) for start, end in ranges]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _get_with_retries(self, bucket: str, key: str, url: str, version: str, start: int, end: int,
+                          tally: dict) -> bytes:
+        from fsspec.asyn import sync
+
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                data = sync(self.fs.loop, self._get_object, bucket, key, version, start, end)
+                if len(data) != end - start:
+                    raise TransientBackendError(f"short read: {len(data)} of {end - start} bytes", tier="cold",
+                                                url=url)
+            except Exception as exc:  # noqa: BLE001
+                tally["cold_gets"] = tally.get("cold_gets", 0) + 1
+                error = translate_error(exc, url)
+                if isinstance(error, TransientBackendError) and attempt < self.config.max_attempts:
+                    delay = random.uniform(0, min(2.0, 0.05 * 2**attempt))
+                    log.warning("cold read of %s failed (%s); retry %d/%d in %.2fs", url, error, attempt,
+                                self.config.max_attempts - 1, delay)
+                    time.sleep(delay)
+                    continue
+                raise error from exc
+            self._count(tally, data)
+            return data
+
+    async def _get_object(self, bucket: str, key: str, version: str, start: int, end: int) -> bytes:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if version.startswith('"'):
+            kwargs["IfMatch"] = version
+        if end > start:
+            kwargs["Range"] = f"bytes={start}-{end - 1}"
+        response = await self.fs._call_s3("get_object", **kwargs)
+        body = response["Body"]
+        try:
+            return await asyncio.wait_for(body.read(), timeout=self.config.read_timeout_s)
+        finally:
+            body.close()

@@ -1,0 +1,118 @@
+"""A tier backend on a local directory (NVMe, a tmpfs for RAM, or a shared-FS mount).
+
+Layout: ``<root>/<2 hex>/<key>`` (fan-out keeps directories small at millions of blocks),
+temporary files in ``<root>/.tmp/<key>.<pid>.<random>``. A temporary file is renamed into
+place only once complete, so a crash leaves at most a temporary file, which :meth:`scan`
+removes once its writer is dead.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from tierload.errors import BackendError
+from tierload.keys import check_key
+from tierload.stores.base import BlockStore
+
+_TMP = ".tmp"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalDirStore(BlockStore):
+    """Blocks as files under a local directory.
+
+    Args:
+        root: Directory path (``~`` expanded; created if missing).
+        tier: Tier name used in error messages.
+
+    Raises:
+        BackendError: The directory cannot be created.
+    """
+
+    def __init__(self, root: str | os.PathLike, tier: str = "hot") -> None:
+        self.root = Path(os.path.expanduser(str(root))).resolve()
+        self.url = str(self.root)
+        self.tier = tier
+        try:
+            (self.root / _TMP).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendError(f"cannot create the {tier} tier directory: {exc}", tier=tier,
+                               url=self.url) from exc
+
+    @property
+    def local_path(self) -> Path:
+        return self.root
+
+    def path(self, key: str) -> Path:
+        """Where the complete file of ``key`` lives (it may not exist)."""
+        check_key(key)
+        return self.root / key[-32:-30] / key
+
+    def read(self, key: str) -> bytes:
+        try:
+            with open(self.path(key), "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            raise KeyError(key) from None
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        try:
+            with open(self.path(key), "rb") as handle:
+                handle.seek(start)
+                return handle.read(max(0, end - start))
+        except FileNotFoundError:
+            raise KeyError(key) from None
+
+    def write(self, key: str, data: bytes) -> None:
+        final = self.path(key)
+        tmp = self.root / _TMP / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
+        try:
+            final.parent.mkdir(exist_ok=True)
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise BackendError(f"cannot write block to the {self.tier} tier: {exc}", tier=self.tier,
+                               key=key, url=self.url) from exc
+
+    def delete(self, key: str) -> bool:
+        try:
+            self.path(key).unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def contains(self, key: str) -> bool:
+        return self.path(key).is_file()
+
+    def scan(self) -> dict[str, int]:
+        for leftover in (self.root / _TMP).iterdir():
+            parts = leftover.name.rsplit(".", 2)
+            writer_pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
+            if writer_pid < 0 or not _pid_alive(writer_pid):
+                leftover.unlink(missing_ok=True)
+        found: dict[str, int] = {}
+        for sub in self.root.iterdir():
+            if sub.name == _TMP or not sub.is_dir():
+                continue
+            for entry in sub.iterdir():
+                try:
+                    found[check_key(entry.name)] = entry.stat().st_size
+                except (ValueError, FileNotFoundError):
+                    continue
+        return found
+
+    def __repr__(self) -> str:
+        return f"LocalDirStore({self.url!r})"

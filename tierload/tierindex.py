@@ -1,0 +1,163 @@
+"""Residency, capacity and pins of one tier: the one place a block's state changes.
+
+A block in a tier is in one of three states, and these are the only legal transitions::
+
+    ABSENT --reserve--> RESERVED --commit--> RESIDENT --remove--> ABSENT
+                        RESERVED --abort---> ABSENT
+
+Bytes are reserved before a write starts, so concurrent writers never push the tier past
+its capacity. Victims chosen by the policy are removed from the index first; the caller
+deletes their files. Not thread-safe: the owner (a node cache or the coordinator) holds
+its lock around every call. No I/O here, so the simulator drives the same class.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass
+from typing import Hashable
+
+from tierload.policies.base import Policy
+from tierload.policies.frequency import DecayingCounter
+
+
+class Residency(enum.Enum):
+    ABSENT = "absent"
+    RESERVED = "reserved"
+    RESIDENT = "resident"
+
+
+@dataclass
+class Admission:
+    """Outcome of :meth:`TierIndex.reserve`.
+
+    Attributes:
+        admitted: Whether space was reserved for the block.
+        victims: Blocks removed from the index to make room (their files must be deleted).
+        reason: Why admission was refused (empty when admitted).
+    """
+
+    admitted: bool
+    victims: list
+    reason: str = ""
+
+
+class TierIndex:
+    """Which blocks a tier holds, how many bytes they use, and which may not be evicted.
+
+    Args:
+        name: Tier name (for stats and errors).
+        capacity_bytes: Never exceeded by resident + reserved bytes.
+        policy: Chooses victims (see :mod:`tierload.policies`).
+        counter: Decayed access counts used for the admission threshold.
+        admit_min_count: Accesses a block needs before it may be admitted.
+        pins: Pin counts, shared between the levels of one node's hot tier (a pinned block is
+            needed by a planned access and must stay wherever it is).
+    """
+
+    def __init__(self, name: str, capacity_bytes: int, policy: Policy, counter: DecayingCounter,
+                 admit_min_count: float = 1.0, pins: Counter | None = None) -> None:
+        self.name = name
+        self.capacity_bytes = capacity_bytes
+        self.policy = policy
+        self.counter = counter
+        self.admit_min_count = admit_min_count
+        self.resident: dict[Hashable, int] = {}
+        self.reserved: dict[Hashable, int] = {}
+        self.pins: Counter = Counter() if pins is None else pins
+        self.used_bytes = 0
+        self.evictions = 0
+        self.refusals = 0
+
+    def state(self, key: Hashable) -> Residency:
+        if key in self.resident:
+            return Residency.RESIDENT
+        if key in self.reserved:
+            return Residency.RESERVED
+        return Residency.ABSENT
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.resident
+
+    def record_access(self, key: Hashable, now: float) -> None:
+        """Count one access of ``key`` (hit or miss) and tell the policy."""
+        self.counter.add(key, now)
+        self.policy.on_access(key, now)
+
+    def pin(self, key: Hashable) -> None:
+        self.pins[key] += 1
+
+    def unpin(self, key: Hashable) -> None:
+        if self.pins[key] <= 1:
+            del self.pins[key]
+        else:
+            self.pins[key] -= 1
+
+    def is_pinned(self, key: Hashable) -> bool:
+        return key in self.pins
+
+    def reserve(self, key: Hashable, size: int, now: float) -> Admission:
+        """Try to make room for ``key`` (``size`` bytes): ABSENT -> RESERVED.
+
+        Returns:
+            The admission decision; on success the victims are already out of the index.
+        """
+        if key in self.resident or key in self.reserved:
+            return Admission(False, [], "already present")
+        if size > self.capacity_bytes:
+            self.refusals += 1
+            return Admission(False, [], f"block of {size} bytes exceeds the tier's capacity")
+        if self.counter.at_last_access(key) < self.admit_min_count:
+            self.refusals += 1
+            return Admission(False, [], "access count below admit_min_count")
+        need = self.used_bytes + size - self.capacity_bytes
+        victims: list = []
+        if need > 0:
+            chosen = self.policy.victims(key, size, need, self.resident, self.is_pinned, now)
+            if chosen is None:
+                self.refusals += 1
+                return Admission(False, [], f"policy {self.policy.name} refused admission")
+            for victim in chosen:
+                self.remove(victim)
+            victims = chosen
+            self.evictions += len(victims)
+        self.reserved[key] = size
+        self.used_bytes += size
+        return Admission(True, victims)
+
+    def commit(self, key: Hashable, now: float) -> None:
+        """RESERVED -> RESIDENT (the block's file is complete)."""
+        size = self.reserved.pop(key)
+        self.resident[key] = size
+        self.policy.on_insert(key, size, now)
+
+    def abort(self, key: Hashable) -> None:
+        """RESERVED -> ABSENT (the write failed)."""
+        size = self.reserved.pop(key, None)
+        if size is not None:
+            self.used_bytes -= size
+
+    def add_existing(self, key: Hashable, size: int, now: float) -> bool:
+        """Register a block found on disk at start-up, if it fits; ABSENT -> RESIDENT."""
+        if key in self.resident or self.used_bytes + size > self.capacity_bytes:
+            return False
+        self.resident[key] = size
+        self.used_bytes += size
+        self.policy.on_insert(key, size, now)
+        return True
+
+    def remove(self, key: Hashable) -> bool:
+        """RESIDENT -> ABSENT. Returns whether the block was resident."""
+        size = self.resident.pop(key, None)
+        if size is None:
+            return False
+        self.used_bytes -= size
+        self.policy.on_remove(key)
+        return True
+
+    def stats(self) -> dict:
+        return {"tier": self.name, "capacity_bytes": self.capacity_bytes, "used_bytes": self.used_bytes,
+                "blocks": len(self.resident), "reserved_blocks": len(self.reserved),
+                "pinned_blocks": len(self.pins), "evictions": self.evictions, "refusals": self.refusals,
+                "policy": self.policy.name}
