@@ -254,7 +254,8 @@ class TieredDataset(IterableDataset):
             lookahead = manifest.sample_block[self.rank_order(self._epoch + 1)]
             plan = {"dataset_id": manifest.dataset_id, "epoch": self._epoch, "consume_len": len(mine),
                     "seq": np.concatenate([manifest.sample_block[mine], lookahead]).astype(np.int32),
-                    "reuse_gap": self._reuse_gap()}
+                    "reuse_gap": self._reuse_gap(),
+                    "lineage": f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}"}
             try:
                 client.call("open_stream", stream_id, worker, workers, plan)
             except ServiceError:

@@ -131,6 +131,7 @@ class NodeCache:
         self._key_owners: dict[str, list[tuple[str, int]]] = defaultdict(list)
         self._streams: dict[str, Stream] = {}
         self._streams_by_dataset: dict[str, list[Stream]] = defaultdict(list)
+        self._ghosts: dict[str, Stream] = {}  # closed streams whose look-ahead still informs eviction
         self._last_active: dict[str, float] = {}
         self._inflight: dict[str, _Fetch] = {}
         self._staged: dict[str, bytes] = {}
@@ -235,6 +236,8 @@ class NodeCache:
                 stream = Stream(stream_id, plan["dataset_id"], plan["epoch"], plan["seq"], plan["consume_len"],
                                 num_consumers, len(dataset.blocks), plan.get("reuse_gap", 1))
                 stream.stats = new_stats()
+                stream.lineage = plan.get("lineage", stream_id)
+                self._forget_ghost(stream.lineage)
                 self._streams[stream_id] = stream
                 self._streams_by_dataset[stream.dataset_id].append(stream)
             self._last_active[stream_id] = time.monotonic()
@@ -361,12 +364,16 @@ class NodeCache:
 
     # ------------------------------------------------------------- internals
     def _now(self) -> float:
+        """The decay clock: seconds, or the highest epoch any open stream is in.
+
+        Epoch time is whole epochs: within an epoch, a block read early must not look more
+        frequent than one read late, or equal-frequency blocks churn as under LRU.
+        """
         if self.config.policy.decay.unit == "second":
             return time.time()
         with self._cond:
             for stream in self._streams.values():
-                progress = stream.cursor / stream.consume_len if stream.consume_len else 1.0
-                self._now_value = max(self._now_value, stream.epoch + progress)
+                self._now_value = max(self._now_value, float(stream.epoch))
             return self._now_value
 
     def _take_counts(self) -> dict:
@@ -470,10 +477,25 @@ class NodeCache:
             self._release(stream, run)
         self._streams.pop(stream.stream_id, None)
         self._last_active.pop(stream.stream_id, None)
+        self._finished.append(self._stream_stats(stream))
+        if stream.num_runs > stream.consume_runs:
+            # Keep the look-ahead (the next epoch's order) visible to the clairvoyant policy until
+            # that epoch's stream opens; otherwise every block looks unneeded between epochs.
+            stream.next_run = stream.consume_runs
+            self._forget_ghost(stream.lineage)
+            self._ghosts[stream.lineage] = stream
+        else:
+            self._unlist(stream)
+
+    def _unlist(self, stream: Stream) -> None:
         owners = self._streams_by_dataset.get(stream.dataset_id, [])
         if stream in owners:
             owners.remove(stream)
-        self._finished.append(self._stream_stats(stream))
+
+    def _forget_ghost(self, lineage: str) -> None:
+        ghost = self._ghosts.pop(lineage, None)
+        if ghost is not None:
+            self._unlist(ghost)
 
     def _drop_hot(self, key: str) -> int:
         level = self._resident_level(key)

@@ -85,7 +85,7 @@ def get_coordinator(config: TierloadConfig, detached: bool = False):
     handle = ray.remote(Coordinator).options(
         **_actor_options(coordinator_name(config), config.ray.namespace, detached)).remote(config.to_dict())
     ray.get(handle.ready.remote())
-    _KEEPALIVE[coordinator_name(config)] = handle
+    _KEEPALIVE.setdefault(coordinator_name(config), handle)  # the first handle is the owner's
     return handle
 
 
@@ -140,7 +140,7 @@ def get_node_cache(config: TierloadConfig, node_id: str | None = None, detached:
         ray.get(handle.ready.remote(), timeout=120)
     except Exception as exc:  # noqa: BLE001
         raise ServiceError(f"the node cache actor on node {node_id} did not start: {exc}") from exc
-    _KEEPALIVE[options["name"]] = handle
+    _KEEPALIVE.setdefault(options["name"], handle)  # the first handle is the owner's
     return handle
 
 
@@ -151,3 +151,29 @@ def node_endpoint(config: TierloadConfig) -> dict[str, Any]:
     ensure_ray(config)
     handle = get_node_cache(config)
     return ray.get(handle.call.remote("endpoint"))
+
+
+def stop_actors(config: TierloadConfig) -> int:
+    """Close and kill this deployment's node caches and coordinator; returns how many were stopped.
+
+    Hot and warm tier files stay on disk for the next start.
+    """
+    import ray
+
+    stopped = 0
+    prefix = node_cache_name(config, "")
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if isinstance(a, dict) and a.get("namespace") == config.ray.namespace]
+    for name in sorted(names, key=lambda n: n.startswith(COORDINATOR_PREFIX)):
+        if not (name.startswith(prefix) or name == coordinator_name(config)):
+            continue
+        try:
+            handle = ray.get_actor(name, namespace=config.ray.namespace)
+            if name.startswith(prefix):
+                ray.get(handle.call.remote("close"), timeout=30)
+            ray.kill(handle)
+            stopped += 1
+        except Exception:  # noqa: BLE001 - already gone
+            log.debug("actor %s was already gone", name, exc_info=True)
+        _KEEPALIVE.pop(name, None)
+    return stopped

@@ -98,6 +98,7 @@ class Stream:
         self.scheduled: list[tuple[int, int]] = []  # heap of (run_last, run) not yet passed
         self.window_bytes = 0
         self.stats: dict[str, float] = {}
+        self.lineage = stream_id  # same for every epoch of one (dataset, seed, rank, world size)
 
     @property
     def cursor(self) -> int:

@@ -4,7 +4,8 @@ Frequencies come from a :class:`DecayingCounter` shared with the caller (so coun
 block's eviction and keep aging). A newcomer is admitted only if it is strictly more
 frequent than every victim it would displace (the TinyLFU admission rule, Einziger et al.,
 "TinyLFU: A Highly Efficient Cache Admission Policy", ACM ToS 2017); with equal counts
-this keeps what it admitted, which is right under uniform random access.
+this keeps what it admitted, which is right under uniform random access. The newcomer is
+judged by its count before the access that brought it (see :meth:`LFUPolicy.victims`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class LFUPolicy(Policy):
         score = self.counter.score(key)
         self._score[key] = score
         heapq.heappush(self._heap, (score, next(self._tie), key))
+        if len(self._heap) > 4 * len(self._score) + 64:
+            self._compact()
 
     def on_access(self, key: Key, now: float) -> None:
         if key in self._score:
@@ -47,7 +50,10 @@ class LFUPolicy(Policy):
         self._score.pop(key, None)
 
     def victims(self, key, size, need_bytes, resident, is_pinned, now):
-        newcomer = self.counter.score(key)
+        # The newcomer's count before the access that brought it here: under uniform random
+        # epochs a block read this epoch would otherwise always beat one not read yet, and
+        # the tier would churn like LRU.
+        newcomer = self.counter.count(key, now) - 1.0
         chosen, skipped, freed = [], [], 0
         while self._heap and freed < need_bytes:
             score, tie, candidate = heapq.heappop(self._heap)
@@ -56,7 +62,7 @@ class LFUPolicy(Policy):
             if is_pinned(candidate):
                 skipped.append((score, tie, candidate))
                 continue
-            if score >= newcomer:
+            if self.counter.count(candidate, now) >= newcomer:
                 skipped.append((score, tie, candidate))
                 break
             chosen.append((score, tie, candidate))
@@ -70,10 +76,6 @@ class LFUPolicy(Policy):
         return [candidate for _, _, candidate in chosen]
 
     def _compact(self) -> None:
-        if len(self._heap) > 4 * len(self._score) + 64:
-            self._heap = [(s, t, k) for s, t, k in self._heap if self._score.get(k) == s]
-            heapq.heapify(self._heap)
-
-    def on_access_batch_done(self) -> None:
-        """Drop stale heap entries once they outnumber live ones (keeps memory bounded)."""
-        self._compact()
+        """Drop stale heap entries (keeps memory bounded by live residents)."""
+        self._heap = [(s, t, k) for s, t, k in self._heap if self._score.get(k) == s]
+        heapq.heapify(self._heap)

@@ -1,0 +1,48 @@
+"""The ``tierload`` command line: a thin layer over the public API.
+
+Each command maps :class:`tierload.errors.TierloadError` subclasses to an exit code and a
+one-line message (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+
+import click
+
+from tierload.errors import BackendError, ConfigError, ManifestError, ServiceError, TierloadError
+
+EXIT_CODES = {ConfigError: 2, ManifestError: 3, BackendError: 4, ServiceError: 5}
+
+
+def handle_errors(command):
+    """Turn tierload errors into one line on stderr and a typed exit code."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except TierloadError as exc:
+            if logging.getLogger().isEnabledFor(logging.DEBUG):
+                raise
+            code = next((c for cls, c in EXIT_CODES.items() if isinstance(exc, cls)), 1)
+            click.echo(f"tierload: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(code)
+    return wrapper
+
+
+@click.group()
+@click.option("--debug", is_flag=True, help="Verbose logs and full tracebacks.")
+@click.version_option(package_name="tierload")
+def cli(debug: bool) -> None:
+    """tierload: feed training from S3 through warm and hot tiers managed by Ray actors."""
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("botocore", "aiobotocore", "s3fs", "urllib3", "fsspec", "asyncio", "werkzeug"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+from tierload.cli.demo import demo  # noqa: E402 - commands register on the group above
+
+cli.add_command(demo)
