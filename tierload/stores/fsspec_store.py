@@ -80,11 +80,16 @@ class FsspecStore(BlockStore):
                                key=key, url=self.url) from exc
 
     def delete(self, key: str) -> bool:
+        path = self._path(key)
+        # Object stores delete idempotently without saying whether the key existed.
+        if not self.fs.isfile(path):
+            return False
         try:
-            self.fs.rm_file(self._path(key))
-            return True
+            self.fs.rm_file(path)
         except FileNotFoundError:
             return False
+        self.fs.invalidate_cache(path)
+        return True
 
     def contains(self, key: str) -> bool:
         return self.fs.isfile(self._path(key))

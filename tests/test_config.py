@@ -1,0 +1,80 @@
+"""Config parsing, precedence and errors that name the bad value."""
+
+from __future__ import annotations
+
+import pytest
+
+from tierload.config import load_config
+from tierload.errors import CapacityParseError, ConfigError
+from tierload.units import format_bytes, parse_bytes
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("512MiB", 512 * 2**20), ("2GB", 2 * 10**9), ("2GiB", 2 * 2**30), (1048576, 1048576), ("1024", 1024),
+    ("1.5 GiB", int(1.5 * 2**30)), (0, 0),
+])
+def test_parse_bytes_accepts_units_and_plain_bytes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["ten gigs", "-5", "", "12 parsecs", True, 1.5])
+def test_parse_bytes_rejects_with_the_value_named(text):
+    with pytest.raises(CapacityParseError) as info:
+        parse_bytes(text, field="hot.capacity_bytes")
+    assert repr(text) in str(info.value) and "hot.capacity_bytes" in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_format_bytes():
+    assert format_bytes(1536) == "1.5 KiB" and format_bytes(10) == "10 B"
+
+
+def test_defaults_come_from_the_packaged_yaml():
+    config = load_config()
+    assert config.policy.hot.eviction == "clairvoyant"
+    assert config.hot.capacity_bytes == 2 * 2**30
+    assert config.cold.max_request_bytes == 64 * 2**20
+
+
+def test_every_bad_value_is_reported_at_once_with_its_key():
+    with pytest.raises(ConfigError) as info:
+        load_config({"hot": {"capacity_bytes": "ten gigs"}, "policy": {"hot": {"eviction": "fifo"}},
+                     "prefetch": {"depth_blocks": -1}, "colld": {}})
+    text = str(info.value)
+    assert "hot.capacity_bytes" in text and "'ten gigs'" in text
+    assert "unknown policy 'fifo'" in text and "clairvoyant" in text
+    assert "prefetch.depth_blocks" in text
+    assert "unknown key 'colld'" in text
+
+
+def test_clairvoyant_is_refused_for_the_warm_tier():
+    with pytest.raises(ConfigError, match="policy.warm.eviction"):
+        load_config({"policy": {"warm": {"eviction": "clairvoyant"}}})
+
+
+def test_precedence_explicit_over_env_over_yaml_over_default(tmp_path):
+    yaml_file = tmp_path / "policy.yaml"
+    yaml_file.write_text("hot:\n  capacity_bytes: 1GiB\nprefetch:\n  depth_blocks: 10\n  concurrency: 3\n")
+    env = {"TIERLOAD_PREFETCH__DEPTH_BLOCKS": "20", "TIERLOAD_PREFETCH__CONCURRENCY": "4"}
+    config = load_config(yaml_file, overrides={"prefetch": {"concurrency": 5}}, environ=env)
+    assert config.hot.capacity_bytes == 2**30            # YAML over default
+    assert config.prefetch.depth_blocks == 20            # env over YAML, parsed to int
+    assert config.prefetch.concurrency == 5              # explicit over env
+    assert config.prefetch.depth_bytes == 256 * 2**20    # default
+
+
+def test_environment_values_are_parsed_to_the_field_type():
+    config = load_config(environ={"TIERLOAD_HOT__CAPACITY_BYTES": "4GiB", "TIERLOAD_WARM__COMPRESS": "true",
+                                  "TIERLOAD_WARM__URL": "null"})
+    assert config.hot.capacity_bytes == 4 * 2**30
+    assert config.warm.compress is True
+    assert config.warm.url is None
+
+
+def test_missing_or_malformed_yaml_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hot: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)

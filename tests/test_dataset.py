@@ -1,0 +1,252 @@
+"""TieredDataset end to end: moto S3 over HTTP, a real local Ray, real tier directories."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from helpers import index_of, png_bytes, put_indexed_objects
+from tierload.blockfile import HEADER_SIZE
+from tierload.errors import SourceChangedError
+
+
+def indices(loader) -> list[int]:
+    out = []
+    for samples, _labels in loader:
+        out.extend(index_of(s) for s in samples)
+    return out
+
+
+def collect_raw(batch):
+    return [item[0] for item in batch], torch.tensor([item[1] for item in batch])
+
+
+def loader_for(dataset, batch_size=4, num_workers=0, **kwargs):
+    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collect_raw, **kwargs)
+
+
+@pytest.mark.parametrize("count, drop_last", [(100, False), (101, False), (101, True)])
+def test_exactly_once_per_epoch_across_two_ranks_and_two_workers(bucket, tier_config, make_dataset, count,
+                                                                    drop_last):
+    """B02/B03: every sample once per epoch over 2 ranks x 2 workers; equal length per rank."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", count, classes=3)
+    config = tier_config()
+    seen_all = []
+    for epoch in range(2):
+        per_rank = []
+        for rank in range(2):
+            dataset = make_dataset(f"s3://{name}/ds", config, rank=rank, world_size=2, batch_size=4,
+                                   drop_last=drop_last, layout="files")
+            dataset.set_epoch(epoch)
+            loader = loader_for(dataset, num_workers=2)
+            got = indices(loader)
+            assert len(got) == len(dataset)
+            assert sum(1 for _ in loader_for(dataset, num_workers=2)) == len(loader)  # len(loader) is exact
+            per_rank.append(got)
+        assert len(per_rank[0]) == len(per_rank[1])
+        counts = Counter(per_rank[0] + per_rank[1])
+        if count % 2 == 0:
+            assert counts == Counter(range(count))
+        elif drop_last:
+            assert len(counts) == count - 1 and set(counts.values()) == {1}
+        else:
+            assert set(counts) == set(range(count)) and sum(counts.values()) == count + 1
+        seen_all.append(per_rank[0])
+    assert seen_all[0] != seen_all[1]  # a new epoch is a new order
+
+
+def test_second_epoch_reads_nothing_from_cold_when_hot_holds_everything(bucket, tier_config, make_dataset):
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 60, size=2000)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None), layout="files", batch_size=4)
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        assert sorted(indices(loader_for(dataset, num_workers=2))) == list(range(60))
+    first, second = dataset.epoch_stats(0), dataset.epoch_stats(1)
+    assert first["cold_gets"] == 60 and first["cold_bytes"] == 60 * 2000
+    assert second["accesses"] == 60 and second["hot_hits"] == 60
+    assert second["cold_bytes"] == 0 and second["cold_gets"] == 0
+
+
+def test_warm_tier_serves_what_hot_cannot_hold(bucket, tier_config, make_dataset):
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 40, size=1000)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="8KiB", warm="1MiB"), layout="files",
+                           batch_size=4)
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        assert sorted(indices(loader_for(dataset))) == list(range(40))
+        time.sleep(0.5)  # let the batched warm writes land
+    second = dataset.epoch_stats(1)
+    assert second["cold_bytes"] == 0
+    assert second["warm_hits"] > 0 and second["hot_hits"] + second["warm_hits"] == 40
+
+
+def _disk_bytes(path: Path) -> int:
+    """Bytes of every file under ``path``, temporary ones included. Counted by inode, because a
+    temporary file renamed into place during the walk would otherwise be counted twice."""
+    sizes = {}
+    for root, _dirs, files in os.walk(path):
+        for file in files:
+            try:
+                info = os.stat(os.path.join(root, file))
+            except FileNotFoundError:
+                continue
+            sizes[info.st_ino] = info.st_size
+    return sum(sizes.values())
+
+
+def test_tier_capacities_are_never_exceeded_under_churn(bucket, tier_config, make_dataset, tmp_path):
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 120, size=3000)
+    hot, warm = 40_000, 150_000  # about 1/9 and 4/9 of the stored data set
+    config = tier_config(hot=hot, warm=warm, prefetch={"depth_blocks": 8})
+    dataset = make_dataset(f"s3://{name}/ds", config, layout="files", batch_size=4)
+    peaks = {"hot": 0, "warm": 0}
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peaks["hot"] = max(peaks["hot"], _disk_bytes(tmp_path / "hot"))
+            peaks["warm"] = max(peaks["warm"], _disk_bytes(tmp_path / "warm"))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for epoch in range(3):
+            dataset.set_epoch(epoch)
+            assert sorted(indices(loader_for(dataset, num_workers=2))) == list(range(120))
+    finally:
+        stop.set()
+        watcher.join()
+    stats = dataset.cache_stats()
+    assert peaks["hot"] <= hot and peaks["warm"] <= warm
+    assert peaks["hot"] > hot // 2 and peaks["warm"] > warm // 2  # the tiers were really used
+    assert all(level["used_bytes"] <= level["capacity_bytes"] for level in stats["levels"])
+    assert stats["levels"][0]["evictions"] > 0 or stats["levels"][0]["refusals"] > 0
+
+
+def test_corrupted_hot_block_is_detected_and_refetched(bucket, tier_config, make_dataset, tmp_path):
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/ds", 10, size=500)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None), layout="files")
+    assert sorted(indices(loader_for(dataset))) == list(range(10))
+    files = sorted(p for p in (tmp_path / "hot").rglob("*") if p.is_file() and ".tmp" not in p.parts)
+    assert len(files) == 10
+    victim = files[3]
+    data = bytearray(victim.read_bytes())
+    data[HEADER_SIZE + 100] ^= 0x5A  # flip bits inside the payload, keep the size
+    victim.write_bytes(bytes(data))
+    dataset.set_epoch(1)
+    got = {}
+    for samples, _ in loader_for(dataset):
+        for sample in samples:
+            got[index_of(sample)] = bytes(sample)
+    assert got == {i: payloads[i] for i in range(10)}  # never the corrupt bytes
+    stats = dataset.epoch_stats(1)
+    assert stats["integrity_failures"] == 1 and stats["cold_gets"] == 1
+
+
+def test_changed_source_object_is_never_served_from_an_old_copy(bucket, tier_config, make_dataset, tmp_path):
+    """B09: after the source changes, a refreshed manifest serves the new bytes and drops old copies."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 5, size=100)
+    config = tier_config(hot="1MiB", warm="1MiB")
+    old = make_dataset(f"s3://{name}/ds", config, layout="files")
+    assert sorted(indices(loader_for(old))) == list(range(5))
+    time.sleep(0.5)
+    old_key = next(b.key for b in old.manifest.blocks if b.url.endswith("obj-000002.bin"))
+    assert any(p.name == old_key for p in (tmp_path / "hot").rglob("*"))
+    assert any(p.name == old_key for p in (tmp_path / "warm").rglob("*"))
+    fs.pipe_file(f"{name}/ds/0/obj-000002.bin", b"00000002" + b"NEW" * 10)
+    fs.invalidate_cache()
+    fresh = make_dataset(f"s3://{name}/ds", config, layout="files", refresh_manifest=True)
+    samples = {index_of(s): bytes(s) for batch, _ in loader_for(fresh) for s in batch}
+    assert samples[2] == b"00000002" + b"NEW" * 10
+    assert not any(p.name == old_key for p in (tmp_path / "hot").rglob("*"))
+    assert not any(p.name == old_key for p in (tmp_path / "warm").rglob("*"))
+
+
+def test_stale_manifest_with_a_changed_object_fails_loudly(bucket, tier_config, make_dataset):
+    """With nothing cached, a stale manifest must not mix versions: the cold read refuses."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 4, size=100)
+    config = tier_config(hot=0, warm=None)
+    first = make_dataset(f"s3://{name}/ds", config, layout="files")
+    assert sorted(indices(loader_for(first))) == list(range(4))
+    fs.pipe_file(f"{name}/ds/0/obj-000001.bin", b"00000001changed")
+    stale = make_dataset(f"s3://{name}/ds", config, layout="files")  # cached manifest, old ETag
+    with pytest.raises(SourceChangedError):
+        indices(loader_for(stale))
+
+
+def test_blocks_the_hot_tier_refuses_travel_zstd_compressed(bucket, tier_config, make_dataset):
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 12, size=20_000)  # zeros after the index: compresses well
+    fs.pipe_file(f"{name}/noise/0/noise.bin", b"00000000" + os.urandom(20_000))
+    fs.invalidate_cache()
+    compressible = make_dataset(f"s3://{name}/ds", tier_config(hot=0, warm=None), layout="files")
+    assert sorted(indices(loader_for(compressible))) == list(range(12))
+    stats = compressible.epoch_stats(0)
+    assert stats["wire_raw_bytes"] == 12 * 20_000 and stats["wire_sent_bytes"] < stats["wire_raw_bytes"] / 20
+    noise = make_dataset(f"s3://{name}/noise", tier_config(hot=0, warm=None), layout="files")
+    assert indices(loader_for(noise)) == [0]
+    stats = noise.epoch_stats(0)
+    assert stats["wire_sent_bytes"] == stats["wire_raw_bytes"] == 20_008  # raw: it does not compress
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_workers_never_reuse_the_parents_connections(bucket, tier_config, make_dataset, context):
+    """B05: the parent has listed S3 and holds Ray; workers of every start method read correctly."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 20, size=300)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(), layout="files", batch_size=5)
+    loader = loader_for(dataset, batch_size=5, num_workers=2,
+                        multiprocessing_context=multiprocessing.get_context(context), timeout=120)
+    assert sorted(indices(loader)) == list(range(20))
+
+
+def test_images_arrive_as_uint8_chw_with_their_labels(bucket, tier_config, make_dataset):
+    name, fs = bucket
+    for label in range(3):
+        for i in range(4):
+            fs.pipe_file(f"{name}/img/class{label}/{i}.png", png_bytes(label * 50 + i))
+    fs.invalidate_cache()
+    dataset = make_dataset(f"s3://{name}/img", tier_config(), batch_size=6,
+                           transform=lambda t: t.to(torch.float32))
+    assert dataset.classes == ["class0", "class1", "class2"]
+    seen = []
+    for images, labels in DataLoader(dataset, batch_size=6, num_workers=0):
+        assert images.shape[1:] == (1, 8, 8) and images.dtype == torch.float32
+        for image, label in zip(images, labels):
+            value = int(image[0, 0, 0])
+            assert value // 50 == int(label)
+            seen.append(value)
+    assert sorted(seen) == sorted(label * 50 + i for label in range(3) for i in range(4))
+
+
+def test_bad_arguments_are_typed_errors_naming_the_value(s3, ray_session, tier_config):
+    from tierload.dataset import TieredDataset
+    from tierload.errors import BucketNotFoundError, ConfigError
+
+    with pytest.raises(ConfigError, match="'ten gigs'"):
+        TieredDataset("s3://b/x", {"hot": {"capacity_bytes": "ten gigs"}}, lazy=True)
+    with pytest.raises(ConfigError, match="unknown policy 'mru'"):
+        TieredDataset("s3://b/x", {"policy": {"hot": {"eviction": "mru"}}}, lazy=True)
+    with pytest.raises(ConfigError, match="shuffle='yes'"):
+        TieredDataset("s3://b/x", shuffle="yes", lazy=True)
+    with pytest.raises(ConfigError, match="not-a-url"):
+        TieredDataset("not-a-url", lazy=True)
+    with pytest.raises(BucketNotFoundError, match="missing-bucket-xyz"):
+        TieredDataset("s3://missing-bucket-xyz/x", tier_config(), storage_options=s3.storage_options)
