@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from tierload.errors import ConfigError
 from tierload.units import parse_bytes
 
 ENV_PREFIX = "TIERLOAD_"
-HOT_POLICIES = ("clairvoyant", "keep", "lfu", "lru")
-WARM_POLICIES = ("keep", "lfu", "lru")
+HOT_POLICIES = ("clairvoyant", "keep", "lfu", "lfu-size", "lru")
+WARM_POLICIES = ("keep", "lfu", "lfu-size", "lru")
 
 
 class _Frozen(BaseModel):
@@ -65,11 +66,19 @@ class WarmConfig(_Frozen):
 
 
 class HotConfig(_Frozen):
-    """The node-local hot tier: a directory, plus an optional RAM level."""
+    """The node-local hot tier: a directory, plus an optional RAM level.
+
+    ``dir`` may contain ``{node}``, replaced by the Ray node id (several simulated nodes on one
+    machine need distinct directories). ``peer_copy_min_count``: a block another node already
+    holds is served from that peer and copied here only once its local decayed access count
+    reaches this (so a cluster whose hot tiers together fit the data set holds each block once).
+    """
 
     dir: str = "/tmp/tierload-hot"
     capacity_bytes: int = 2 * 2**30
     ram_capacity_bytes: int = 0
+    peer_copy_min_count: float = Field(3.0, ge=0)
+    peer_timeout_s: float = Field(10.0, gt=0)
 
     _parse_sizes = field_validator("capacity_bytes", "ram_capacity_bytes", mode="before")(_bytes_field)
 
@@ -92,10 +101,23 @@ class WireConfig(_Frozen):
 
 
 class TierPolicyConfig(_Frozen):
-    """Admission and eviction of one tier."""
+    """Admission and eviction of one tier.
+
+    ``get_cost_bytes`` is read by ``lfu-size`` only: what one GET weighs, in bytes of transfer.
+    """
 
     eviction: str
     admit_min_count: float = Field(1.0, ge=0)
+    get_cost_bytes: int = 2**20
+
+    _parse_sizes = field_validator("get_cost_bytes", mode="before")(_bytes_field)
+
+    @field_validator("eviction")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in HOT_POLICIES:  # the hot tier's policies are a superset of the warm tier's
+            raise ValueError(f"unknown policy {value!r}; choose one of {', '.join(HOT_POLICIES)}")
+        return value
 
 
 class DecayConfig(_Frozen):
@@ -112,16 +134,18 @@ class PolicyConfig(_Frozen):
     warm: TierPolicyConfig = TierPolicyConfig(eviction="lfu")
     decay: DecayConfig = DecayConfig()
 
-    @model_validator(mode="after")
-    def _known_policies(self) -> "PolicyConfig":
-        if self.hot.eviction not in HOT_POLICIES:
-            raise ValueError(f"policy.hot.eviction: unknown policy {self.hot.eviction!r}; "
-                             f"choose one of {', '.join(HOT_POLICIES)}")
-        if self.warm.eviction not in WARM_POLICIES:
-            raise ValueError(f"policy.warm.eviction: unknown policy {self.warm.eviction!r}; "
-                             f"choose one of {', '.join(WARM_POLICIES)} (clairvoyant needs a "
-                             "known access order, which only a node's hot tier has)")
-        return self
+    @field_validator("warm")
+    @classmethod
+    def _warm_policy(cls, value: TierPolicyConfig) -> TierPolicyConfig:
+        if value.eviction not in WARM_POLICIES:
+            # Raised as a ValidationError located at warm.eviction (a ValueError here would point
+            # at the whole warm section); pydantic prefixes the location with this field's.
+            message = (f"policy {value.eviction!r} cannot run the warm tier; choose one of "
+                       f"{', '.join(WARM_POLICIES)} (clairvoyant needs a known access order, which only "
+                       "a node's hot tier has)")
+            raise ValidationError.from_exception_data("TierPolicyConfig", [
+                {"type": PydanticCustomError("value_error", message), "loc": ("eviction",), "input": value.eviction}])
+        return value
 
 
 class ManifestConfig(_Frozen):
@@ -249,6 +273,80 @@ def build_config(data: Mapping[str, Any]) -> TierloadConfig:
         return TierloadConfig.model_validate(dict(data))
     except ValidationError as exc:
         raise ConfigError("invalid tierload config:\n  " + "\n  ".join(validation_messages(exc))) from None
+
+
+def _key_lines(text: str) -> tuple[dict[tuple[str, ...], int], list[tuple[int, str]]]:
+    """Line (1-based) of every key path in a YAML document, and its duplicate keys as problems."""
+    lines: dict[tuple[str, ...], int] = {}
+    problems: list[tuple[int, str]] = []
+
+    def walk(node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                sub = (*path, str(key_node.value))
+                line = key_node.start_mark.line + 1
+                if sub in lines:
+                    problems.append((line, f"{'.'.join(sub)}: duplicate key (first set on line {lines[sub]}); "
+                                           "remove one"))
+                    continue
+                lines[sub] = line
+                walk(value_node, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                lines.setdefault((*path, str(index)), item.start_mark.line + 1)
+                walk(item, (*path, str(index)))
+
+    walk(yaml.compose(text, Loader=yaml.SafeLoader), ())
+    return lines, problems
+
+
+def check_config_file(path: str | os.PathLike) -> tuple[TierloadConfig | None, list[str]]:
+    """Validate a YAML config file merged over the embedded defaults, finding every problem.
+
+    Unlike :func:`load_config`, this reads no environment and does not stop at the first
+    problem: YAML syntax, duplicate keys, unknown keys and invalid values are all reported.
+
+    Args:
+        path: The YAML file.
+
+    Returns:
+        ``(config, [])`` when the file is valid, else ``(None, problems)``: one line per
+        problem, ``"line N: key.path: what is wrong and what would be right"`` (no line
+        prefix for a problem not tied to a line of the file).
+
+    Raises:
+        ConfigError: The file does not exist or cannot be read.
+    """
+    file = Path(path).expanduser()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(file)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {str(file)!r}: {exc}") from None
+    try:
+        lines, problems = _key_lines(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        return None, [f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}"]
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return None, [f"line 1: the file must hold a mapping of sections (cold, warm, hot, policy ...), "
+                      f"got {type(data).__name__}"]
+    try:
+        config = TierloadConfig.model_validate(deep_merge(default_config_dict(), data))
+    except ValidationError as exc:
+        for error, message in zip(exc.errors(), validation_messages(exc)):
+            loc = tuple(str(part) for part in error["loc"])
+            found = next((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
+            problems.append((lines[found], message) if found else (0, message))
+        config = None
+    if problems:
+        return None, [f"line {line}: {message}" if line else message for line, message in sorted(problems)]
+    return config, []
 
 
 def as_config(config: "TierloadConfig | Mapping[str, Any]") -> TierloadConfig:

@@ -1,23 +1,28 @@
-"""The coordinator: one per cluster, owns the warm tier and the cluster-wide access counts.
+"""The coordinator: one per cluster. Owns the warm tier, the cluster-wide access counts, and
+the map of which node's hot tier holds which block.
 
-Node caches report access counts and propose warm writes in batched calls
-(:class:`tierload.cache.warm_sync.WarmSync`); the coordinator admits a proposal only if
-the block's decayed count passes ``policy.warm.admit_min_count`` and the warm policy finds
-room (evicting, and deleting, its victims first), so the warm tier's capacity is never
-exceeded. Nodes read warm blocks directly from the shared store.
+Node caches talk to it in one batched call every ~0.2 s (:mod:`tierload.cache.coordinator_sync`):
+access counts, warm-write proposals, corrupt warm copies, changes to their hot residency, and
+peers they found dead. The answer carries the warm admissions (room is made, victims deleted,
+before any byte is written) and the changes to the holder map since the node's last call, so
+every node keeps a replica of who holds what and fetches from a peer before going to S3.
 
-This is a plain class; :mod:`tierload.cache.runtime` makes it a named Ray actor.
+State is rebuilt after a restart: the warm index from the warm store, the holder map from the
+nodes, which resend their full residency when they see a new ``incarnation``.
+
+This is a plain class; :mod:`tierload.cache.runtime` makes it a named, detached Ray actor.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
+from collections import defaultdict
 from typing import Any
 
 from tierload.config import TierloadConfig, as_config
-from tierload.errors import ConfigError
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
 from tierload.stores.registry import open_store
@@ -25,80 +30,88 @@ from tierload.tierindex import TierIndex
 
 log = logging.getLogger(__name__)
 
+CHANGELOG_LIMIT = 200_000
+LIVENESS_INTERVAL_S = 2.0
+
 
 class Coordinator:
-    """Warm-tier admission and eviction, and cluster-wide access frequencies.
+    """Warm-tier admission and eviction, cluster-wide frequencies, and the holder map.
 
     Args:
         config: The effective configuration (dict or :class:`TierloadConfig`).
-
-    Raises:
-        ConfigError: The warm tier is disabled (``warm.url: null``); no coordinator is needed then.
+        node_alive: Returns the ids of live nodes, or None when unknown (default: ask Ray).
     """
 
-    def __init__(self, config: dict | TierloadConfig) -> None:
+    def __init__(self, config: dict | TierloadConfig, node_alive=None) -> None:
         self.config = as_config(config)
-        if not self.config.warm.url:
-            raise ConfigError("the coordinator owns the warm tier, but warm.url is null")
         policy = self.config.policy
+        self.incarnation = secrets.token_hex(8)
         self._lock = threading.RLock()
         self._counter = DecayingCounter(policy.decay.half_life)
-        self._store = open_store(self.config.warm.url, "warm")
-        self._index = TierIndex("warm", self.config.warm.capacity_bytes,
-                                make_policy(policy.warm.eviction, counter=self._counter), self._counter,
-                                policy.warm.admit_min_count)
+        self._store = open_store(self.config.warm.url, "warm") if self.config.warm.url else None
+        self._index = None
+        if self._store is not None:
+            self._index = TierIndex("warm", self.config.warm.capacity_bytes,
+                                    make_policy(policy.warm.eviction, counter=self._counter), self._counter,
+                                    policy.warm.admit_min_count)
+            for key, size in sorted(self._store.scan().items()):
+                if not self._index.add_existing(key, size, 0.0):
+                    self._store.delete(key)
+        self._holders: dict[str, set[str]] = defaultdict(set)
+        self._node_keys: dict[str, set[str]] = defaultdict(set)
+        self._changelog: list[tuple[int, str]] = []  # (version, key) of every holder change
+        self._version = 0
+        self._log_start = 0
         self._nodes: dict[str, float] = {}
+        self._forgotten: set[str] = set()
+        self._node_alive = node_alive or _ray_live_nodes
+        self._liveness_checked = 0.0
         self._now = 0.0
-        self._accesses = 0
-        for key, size in sorted(self._store.scan().items()):
-            if not self._index.add_existing(key, size, 0.0):
-                self._store.delete(key)
+        self._accesses = 0.0
 
     def ready(self) -> bool:
         return True
 
-    def _clock(self, reported: float) -> float:
-        if self.config.policy.decay.unit == "second":
-            return time.time()
-        self._now = max(self._now, reported)
-        return self._now
-
-    def sync(self, node_id: str, counts: dict[str, float], now: float, proposals: list[tuple[str, int]],
-             drops: list[str]) -> dict[str, list[bool]]:
-        """Take a node's batch: access counts, warm-write proposals and corrupt copies.
+    # ------------------------------------------------------------------ sync
+    def sync(self, node_id: str, report: dict[str, Any]) -> dict[str, Any]:
+        """Take one node's batch and answer it.
 
         Args:
             node_id: The reporting node.
-            counts: ``{block key: accesses}`` since the node's last call.
-            now: The node's clock in the decay unit.
-            proposals: ``(key, stored_size_bytes)`` the node would write into warm.
-            drops: Keys whose warm copy the node found corrupt.
+            report: ``counts`` ({key: accesses}), ``now`` (decay clock), ``proposals``
+                ([(key, stored_size_bytes)] for the warm tier), ``drops`` (corrupt warm copies),
+                ``hot_added`` / ``hot_removed`` (residency changes), ``hot_full`` (complete
+                residency, sent after a restart of either side), ``lost`` (peers that did not
+                answer), ``since`` (holder-map version the node has).
 
         Returns:
-            ``{"granted": [...], "present": [...]}``, one bool per proposal: space reserved for
-            the node to write it / the block is already in the warm tier.
+            ``incarnation``, ``version``, ``granted`` and ``present`` (one bool per proposal),
+            ``holders`` ({key: [node ids]} changed since ``since``) and ``full`` (the holder map
+            is complete rather than a delta).
         """
         with self._lock:
             self._nodes[node_id] = time.time()
-            clock = self._clock(now)
-            for key, amount in counts.items():
+            self._forgotten.discard(node_id)
+            clock = self._clock(report.get("now", 0.0))
+            for key, amount in report.get("counts", {}).items():
                 self._counter.add(key, clock, amount)
-                self._index.policy.on_access(key, clock)
+                if self._index is not None:
+                    self._index.policy.on_access(key, clock)
                 self._accesses += amount
-            for key in drops:
-                self._drop(key)
-            granted, present = [], []
-            for key, size in proposals:
-                present.append(key in self._index)
-                admission = self._index.reserve(key, size, clock)
-                for victim in admission.victims:
-                    self._store.delete(victim)
-                granted.append(admission.admitted)
-            return {"granted": granted, "present": present}
+            self._apply_residency(node_id, report)
+            for lost in report.get("lost", ()):
+                self._check_lost(lost)
+            self._check_liveness()
+            granted, present = self._admit_warm(report.get("proposals", ()), report.get("drops", ()), clock)
+            holders, full = self._holders_since(report.get("since", -1))
+            return {"incarnation": self.incarnation, "version": self._version, "granted": granted,
+                    "present": present, "holders": holders, "full": full}
 
     def commit(self, committed: list[str], aborted: list[str]) -> None:
-        """Writes that completed (now readable) and writes that failed (space released)."""
+        """Warm writes that completed (now readable) and that failed (space released)."""
         with self._lock:
+            if self._index is None:
+                return
             for key in committed:
                 if key in self._index.reserved:
                     self._index.commit(key, self._now)
@@ -108,15 +121,127 @@ class Coordinator:
     def invalidate(self, keys: list[str]) -> int:
         """Delete these blocks from the warm tier; returns how many were there."""
         with self._lock:
-            return sum(self._drop(key) for key in keys)
+            return sum(self._drop_warm(key) for key in keys)
 
-    def _drop(self, key: str) -> int:
+    def holders(self, keys: list[str]) -> dict[str, list[str]]:
+        """Which nodes hold each of ``keys`` in their hot tier."""
+        with self._lock:
+            return {key: sorted(self._holders.get(key, ())) for key in keys}
+
+    def forget_node(self, node_id: str) -> int:
+        """Drop everything known about ``node_id`` (it left the cluster); returns blocks forgotten."""
+        with self._lock:
+            keys = self._node_keys.pop(node_id, set())
+            for key in keys:
+                self._set_holder(key, node_id, False)
+            self._nodes.pop(node_id, None)
+            self._forgotten.add(node_id)
+            if keys:
+                log.warning("forgot node %s and the %d blocks it held", node_id, len(keys))
+            return len(keys)
+
+    def stats(self) -> dict[str, Any]:
+        """Warm-tier usage, nodes seen, and the size of the holder map."""
+        with self._lock:
+            return {"warm": self._index.stats() if self._index is not None else None,
+                    "nodes": {node: len(self._node_keys.get(node, ())) for node in self._nodes},
+                    "forgotten_nodes": sorted(self._forgotten), "accesses": self._accesses,
+                    "tracked_blocks": len(self._counter), "held_blocks": len(self._holders),
+                    "clock": self._now, "incarnation": self.incarnation}
+
+    # -------------------------------------------------------------- internals
+    def _clock(self, reported: float) -> float:
+        if self.config.policy.decay.unit == "second":
+            return time.time()
+        self._now = max(self._now, reported)
+        return self._now
+
+    def _admit_warm(self, proposals, drops, clock) -> tuple[list[bool], list[bool]]:
+        if self._index is None:
+            return [False] * len(proposals), [False] * len(proposals)
+        for key in drops:
+            self._drop_warm(key)
+        granted, present = [], []
+        for key, size in proposals:
+            present.append(key in self._index)
+            admission = self._index.reserve(key, size, clock)
+            for victim in admission.victims:
+                self._store.delete(victim)
+            granted.append(admission.admitted)
+        return granted, present
+
+    def _drop_warm(self, key: str) -> int:
+        if self._index is None:
+            return 0
         removed = self._index.remove(key)
         self._store.delete(key)
         return int(removed)
 
-    def stats(self) -> dict[str, Any]:
-        """Warm-tier usage and the nodes seen."""
-        with self._lock:
-            return {"warm": self._index.stats(), "nodes": dict(self._nodes), "accesses": self._accesses,
-                    "tracked_blocks": len(self._counter), "clock": self._now}
+    def _apply_residency(self, node_id: str, report: dict) -> None:
+        full = report.get("hot_full")
+        if full is not None:
+            current = self._node_keys.get(node_id, set())
+            wanted = set(full)
+            for key in current - wanted:
+                self._set_holder(key, node_id, False)
+            for key in wanted - current:
+                self._set_holder(key, node_id, True)
+        for key in report.get("hot_added", ()):
+            self._set_holder(key, node_id, True)
+        for key in report.get("hot_removed", ()):
+            self._set_holder(key, node_id, False)
+
+    def _set_holder(self, key: str, node_id: str, held: bool) -> None:
+        holders = self._holders[key]
+        if held == (node_id in holders):
+            return
+        if held:
+            holders.add(node_id)
+            self._node_keys[node_id].add(key)
+        else:
+            holders.discard(node_id)
+            self._node_keys[node_id].discard(key)
+            if not holders:
+                del self._holders[key]
+        self._version += 1
+        self._changelog.append((self._version, key))
+        if len(self._changelog) > CHANGELOG_LIMIT:
+            drop = len(self._changelog) - CHANGELOG_LIMIT // 2
+            self._log_start = self._changelog[drop - 1][0]
+            del self._changelog[:drop]
+
+    def _holders_since(self, since: int) -> tuple[dict[str, list[str]], bool]:
+        if since < self._log_start or since < 0:
+            return {key: sorted(nodes) for key, nodes in self._holders.items()}, True
+        changed = {key for version, key in self._changelog if version > since}
+        return {key: sorted(self._holders.get(key, ())) for key in changed}, False
+
+    def _check_lost(self, node_id: str) -> None:
+        alive = self._node_alive()
+        if alive is None or node_id not in alive:
+            self.forget_node(node_id)
+
+    def _check_liveness(self) -> None:
+        now = time.monotonic()
+        if now - self._liveness_checked < LIVENESS_INTERVAL_S:
+            return
+        self._liveness_checked = now
+        alive = self._node_alive()
+        if alive is None:
+            return
+        for node_id in list(self._node_keys):
+            if node_id not in alive:
+                self.forget_node(node_id)
+
+
+def _ray_live_nodes() -> set[str] | None:
+    """Ids of the Ray nodes that are alive, or None outside Ray."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        return {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
+    except Exception:  # noqa: BLE001 - liveness is advisory; never fail a sync over it
+        log.debug("cannot list Ray nodes", exc_info=True)
+        return None

@@ -37,7 +37,7 @@ from tierload.blocks import Block
 from tierload.cache.channel import ChannelServer
 from tierload.cache.stats import new_stats
 from tierload.cache.stream import NEVER, Stream
-from tierload.cache.warm_sync import WarmSync
+from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.checksum import checksum
 from tierload.config import TierloadConfig, as_config
 from tierload.errors import BackendError, IntegrityError, ServiceError, TierloadError
@@ -112,11 +112,13 @@ class NodeCache:
         config: The effective configuration (dict or :class:`TierloadConfig`).
         node_id: This node's id (Ray node id, or any name outside Ray).
         coordinator_call: ``call(method, *args)`` reaching the coordinator, or None to run
-            without a warm tier.
+            alone (no warm tier, no peers).
+        peer_call: ``peer_call(node_id, method, *args, timeout_s=...)`` reaching another node's
+            cache, or None (no peer transfer).
     """
 
     def __init__(self, config: dict | TierloadConfig, node_id: str = "local",
-                 coordinator_call: Callable | None = None) -> None:
+                 coordinator_call: Callable | None = None, peer_call: Callable | None = None) -> None:
         self.config = as_config(config)
         self.node_id = node_id
         self._cond = threading.Condition(threading.RLock())
@@ -137,33 +139,39 @@ class NodeCache:
         self._staged: dict[str, bytes] = {}
         self._failed: dict[str, _FailedFetch] = {}
         self._pending_counts: Counter = Counter()
+        self._hot_dirty: set[str] = set()  # keys whose hot residency changed since the last sync
         self._now_value = 0.0
         self._stats = new_stats()
         self._finished: deque = deque(maxlen=512)
         self._pool = ThreadPoolExecutor(self.config.prefetch.concurrency, thread_name_prefix="tierload-fetch")
         self._recover()
-        self._warm = None
-        self._warm_sync = None
-        self._coordinator_call = coordinator_call if self.config.warm.url else None
-        if self._coordinator_call is not None:
-            self._warm = open_store(self.config.warm.url, "warm")
-            self._warm_sync = WarmSync(node_id, self._warm, coordinator_call, self._take_counts, self._now,
-                                       self.config.wire.zstd_level if self.config.warm.compress else None)
-        self._address = channel_address(node_id, self.config.hot.dir)
+        self._peer_call = peer_call
+        self._coordinator_call = coordinator_call
+        self._warm = open_store(self.config.warm.url, "warm") if (self.config.warm.url and coordinator_call) else None
+        self._sync = None
+        if coordinator_call is not None:
+            self._sync = CoordinatorSync(node_id, coordinator_call, self._collect_for_sync, self._now, self._warm,
+                                         self.config.wire.zstd_level if self.config.warm.compress else None)
+        self._address = channel_address(node_id, self.hot_dir)
         self._authkey = secrets.token_bytes(32)
         self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {node_id}")
         self._scheduler = threading.Thread(target=self._schedule_loop, name="tierload-prefetch", daemon=True)
         self._scheduler.start()
 
     # ----------------------------------------------------------------- set-up
+    @property
+    def hot_dir(self) -> str:
+        """This node's hot directory (``{node}`` in ``hot.dir`` replaced by the node id)."""
+        return self.config.hot.dir.replace("{node}", self.node_id[:16])
+
     def _make_levels(self) -> list[_Level]:
         hot, policy = self.config.hot, self.config.policy.hot
         specs = []
         if hot.ram_capacity_bytes > 0:
             shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-            ident = xxhash.xxh3_64_hexdigest(os.path.abspath(os.path.expanduser(hot.dir)).encode())
+            ident = xxhash.xxh3_64_hexdigest(os.path.abspath(os.path.expanduser(self.hot_dir)).encode())
             specs.append(("ram", os.path.join(shm, f"tierload-ram-{ident}"), hot.ram_capacity_bytes))
-        specs.append(("disk", hot.dir, hot.capacity_bytes))
+        specs.append(("disk", self.hot_dir, hot.capacity_bytes))
         levels = []
         for name, path, capacity in specs:
             index = TierIndex(f"hot-{name}", capacity, make_policy(policy.eviction, counter=self._counter,
@@ -225,6 +233,11 @@ class NodeCache:
         Raises:
             ServiceError: The plan names a dataset that was never registered.
         """
+        if plan is not None and self._sync is not None:
+            try:
+                self._sync.flush()  # an up-to-date holder map before the epoch's first fetches
+            except Exception:  # noqa: BLE001 - the periodic sync retries; prefetching may start
+                log.warning("sync with the coordinator before opening %s failed", stream_id, exc_info=True)
         with self._cond:
             stream = self._streams.get(stream_id)
             if stream is None:
@@ -326,9 +339,40 @@ class NodeCache:
                 self._staged.pop(key, None)
         if self._coordinator_call is not None and keys:
             dropped += self._coordinator_call("invalidate", list(keys))
-            if self._warm_sync is not None:
-                self._warm_sync.known.difference_update(keys)
+            self._sync.known_warm.difference_update(keys)
         return dropped
+
+    def read_block(self, key: str) -> tuple[codec.WirePayload, int] | None:
+        """Serve a hot block to a peer node: ``(payload, checksum)``, or None if not held here.
+
+        The payload is zstd-compressed when it compresses (``wire.min_ratio``), raw otherwise.
+        """
+        with self._cond:
+            level = self._resident_level(key)
+            if level is None:
+                return None
+            store = self._levels[level].store
+        try:
+            raw, digest = decode_block(key, store.read(key))
+        except KeyError:
+            return None
+        except IntegrityError:
+            log.warning("hot block %s failed its checksum when a peer asked for it; dropped", key)
+            with self._cond:
+                self._drop_hot(key)
+                self._stats["integrity_failures"] += 1
+            return None
+        payload = codec.encode(raw, self.config.wire.zstd_level, self.config.wire.min_ratio)
+        with self._cond:
+            self._stats["peer_served"] += 1
+            self._stats["wire_raw_bytes"] += payload.raw_size
+            self._stats["wire_sent_bytes"] += len(payload.data)
+        return payload, digest
+
+    def sync_now(self) -> None:
+        """Exchange state with the coordinator now (e.g. before a new epoch's first fetches)."""
+        if self._sync is not None:
+            self._sync.flush()
 
     def stats(self) -> dict[str, Any]:
         """Counters, per-level usage, open streams and the last closed streams."""
@@ -342,8 +386,8 @@ class NodeCache:
                 "streams": [self._stream_stats(s) for s in self._streams.values()],
                 "finished_streams": list(self._finished),
             }
-        if self._warm_sync is not None:
-            result["warm_sync"] = dict(self._warm_sync.stats)
+        if self._sync is not None:
+            result["sync"] = dict(self._sync.stats)
         return result
 
     def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
@@ -359,8 +403,8 @@ class NodeCache:
             self._cond.notify_all()
         self._server.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._warm_sync is not None:
-            self._warm_sync.close()
+        if self._sync is not None:
+            self._sync.close()
 
     # ------------------------------------------------------------- internals
     def _now(self) -> float:
@@ -376,10 +420,15 @@ class NodeCache:
                 self._now_value = max(self._now_value, float(stream.epoch))
             return self._now_value
 
-    def _take_counts(self) -> dict:
+    def _collect_for_sync(self, full: bool) -> tuple[dict, list[str], list[str], list[str] | None]:
+        """Counts and residency changes since the last sync (and all resident keys if ``full``)."""
         with self._cond:
             counts, self._pending_counts = dict(self._pending_counts), Counter()
-        return counts
+            dirty, self._hot_dirty = self._hot_dirty, set()
+            added = [key for key in dirty if self._resident_level(key) is not None]
+            removed = [key for key in dirty if self._resident_level(key) is None]
+            everything = [key for level in self._levels for key in level.index.resident] if full else None
+        return counts, added, removed, everything
 
     def _stream_stats(self, stream: Stream) -> dict:
         return {"stream_id": stream.stream_id, "dataset_id": stream.dataset_id, "epoch": stream.epoch,
@@ -503,6 +552,7 @@ class NodeCache:
             return 0
         self._levels[level].index.remove(key)
         self._levels[level].store.delete(key)
+        self._hot_dirty.add(key)
         return 1
 
     def _drop_corrupt(self, key: str, stream: Stream) -> None:
@@ -521,7 +571,7 @@ class NodeCache:
         tally: Counter = Counter()
         try:
             raw, digest, source = self._read_lower_tiers(key, block, tally)
-            level = self._place(key, raw, digest)
+            level = self._place(key, raw, digest, source)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the block
             if not isinstance(exc, TierloadError):
                 exc = ServiceError(f"{type(exc).__name__}: {exc}", where=f"prefetch thread of node {self.node_id}",
@@ -538,19 +588,48 @@ class NodeCache:
             if level is None and self._pins.get(key):
                 self._staged[key] = raw
             if fetch.counted:
-                tally["warm_hits" if source == "warm" else "cold_misses"] += 1
+                tally[{"warm": "warm_hits", "peer": "peer_hits", "cold": "cold_misses"}[source]] += 1
             self._add_tally(fetch, tally)
             self._inflight.pop(key, None)
             self._cond.notify_all()
-        if source == "cold" and self._warm_sync is not None:
-            self._warm_sync.offer(key, raw, digest)
+        if source == "cold" and self._sync is not None:
+            self._sync.offer_warm(key, raw, digest)
 
     def _add_tally(self, fetch: _Fetch, tally: Counter) -> None:
         self._stats.update(tally)
         if fetch.stream is not None:
             fetch.stream.stats.update(tally)
 
+    def _read_from_peer(self, key: str, tally: Counter) -> tuple[bytes, int] | None:
+        """The block from another node's hot tier, if one holds it and answers in time."""
+        if self._sync is None or self._peer_call is None:
+            return None
+        for node in self._sync.holders_of(key):
+            try:
+                answer = self._peer_call(node, "read_block", key, timeout_s=self.config.hot.peer_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a dead or stuck peer: fall back, never hang
+                log.warning("peer node %s did not serve block %s (%s: %s); not asking it again", node, key,
+                            type(exc).__name__, exc)
+                self._sync.report_lost(node)
+                tally["peer_errors"] += 1
+                continue
+            if answer is None:
+                continue  # the peer evicted it since the holder map was updated
+            payload, digest = answer
+            raw = codec.decode(payload)
+            if checksum(raw) != digest:
+                tally["integrity_failures"] += 1
+                log.warning("block %s from peer %s failed its checksum; not used", key, node)
+                continue
+            tally["peer_bytes"] += len(payload.data)
+            return raw, digest
+        return None
+
     def _read_lower_tiers(self, key: str, block: Block, tally: Counter) -> tuple[bytes, int, str]:
+        """Peer hot tiers first, then warm, then cold: returns ``(raw, checksum, source)``."""
+        from_peer = self._read_from_peer(key, tally)
+        if from_peer is not None:
+            return from_peer[0], from_peer[1], "peer"
         if self._warm is not None:
             try:
                 stored = self._warm.read(key)
@@ -567,15 +646,20 @@ class NodeCache:
                 except IntegrityError:
                     log.warning("warm copy of %s failed its checksum; dropped, reading cold", key)
                     tally["integrity_failures"] += 1
-                    if self._warm_sync is not None:
-                        self._warm_sync.drop(key)
+                    self._sync.drop_warm(key)
         owners = self._key_owners[key]
         source = self._datasets[owners[0][0]].source
         raw = source.read(block.url, block.version, block.offset, block.length, tally=tally)
         return raw, checksum(raw), "cold"
 
-    def _place(self, key: str, raw: bytes, digest: int) -> int | None:
-        """Admit a fetched block into the highest hot level that takes it; None if none does."""
+    def _place(self, key: str, raw: bytes, digest: int, source: str) -> int | None:
+        """Admit a fetched block into the highest hot level that takes it; None if none does.
+
+        A block served by a peer stays there (the cluster holds it once) unless this node
+        reads it often enough to earn its own copy (``hot.peer_copy_min_count``).
+        """
+        if source == "peer" and self._counter.at_last_access(key) < self.config.hot.peer_copy_min_count:
+            return None
         data = encode_block(key, raw, raw_checksum=digest)
         with self._cond:
             now = self._now()
@@ -595,6 +679,7 @@ class NodeCache:
             return None
         with self._cond:
             level.index.commit(key, now)
+            self._hot_dirty.add(key)
         return index
 
     def _evict(self, level_index: int, victims: list[str]) -> None:
@@ -602,7 +687,7 @@ class NodeCache:
         level = self._levels[level_index]
         for victim in victims:
             lower = level_index + 1 < len(self._levels)
-            to_warm = self._warm_sync is not None and victim not in self._warm_sync.known
+            to_warm = self._warm is not None and victim not in self._sync.known_warm
             data = None
             if lower or to_warm:
                 try:
@@ -610,6 +695,7 @@ class NodeCache:
                 except KeyError:
                     data = None
             level.store.delete(victim)
+            self._hot_dirty.add(victim)
             if data is None:
                 continue
             if lower:
@@ -628,4 +714,4 @@ class NodeCache:
                     raw, digest = decode_block(victim, data)
                 except IntegrityError:
                     continue
-                self._warm_sync.offer(victim, raw, digest)
+                self._sync.offer_warm(victim, raw, digest)

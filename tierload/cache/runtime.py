@@ -2,8 +2,11 @@
 
 With no cluster configured (``ray.address: null`` and no ``RAY_ADDRESS``), tierload starts
 its own local Ray, bound to 127.0.0.1 only, without the dashboard; ``address=`` joins an
-existing cluster. Actor names include a hash of the tier locations, so two tierload
-deployments with different directories never share actors.
+existing cluster. The actors are named and detached: jobs come and go, the tiers (and the
+actors that own them) stay until ``tierload stop``; a job finds them by name, and a node
+cache finds the coordinator by name on every call, so it reconnects after a restart. Actor
+names include a hash of the tier locations, so two deployments with different directories
+never share actors.
 """
 
 from __future__ import annotations
@@ -18,10 +21,6 @@ from tierload.config import TierloadConfig
 from tierload.errors import ServiceError
 
 log = logging.getLogger(__name__)
-
-# A non-detached actor dies when its owner drops the last handle, so the process that
-# created an actor keeps its handle here for as long as it lives.
-_KEEPALIVE: dict[str, Any] = {}
 
 COORDINATOR_PREFIX = "tierload-coordinator"
 NODE_CACHE_PREFIX = "tierload-cache"
@@ -66,26 +65,23 @@ def node_cache_name(config: TierloadConfig, node_id: str) -> str:
     return f"{NODE_CACHE_PREFIX}-{deployment_id(config)}-{node_id[:16]}"
 
 
-def _actor_options(name: str, namespace: str, detached: bool) -> dict[str, Any]:
-    options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True, "num_cpus": 0,
-                               "max_concurrency": 64, "max_restarts": 3, "max_task_retries": 2}
-    if detached:
-        options["lifetime"] = "detached"
-    return options
+def _actor_options(name: str, namespace: str) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "get_if_exists": True, "lifetime": "detached", "num_cpus": 0,
+            "max_concurrency": 64, "max_restarts": 3, "max_task_retries": 2}
 
 
-def get_coordinator(config: TierloadConfig, detached: bool = False):
-    """The deployment's coordinator actor, created if missing (None when warm is disabled)."""
+def get_coordinator(config: TierloadConfig):
+    """The deployment's coordinator actor, created if missing."""
     import ray
 
     from tierload.cache.coordinator import Coordinator
 
-    if not config.warm.url:
-        return None
     handle = ray.remote(Coordinator).options(
-        **_actor_options(coordinator_name(config), config.ray.namespace, detached)).remote(config.to_dict())
-    ray.get(handle.ready.remote())
-    _KEEPALIVE.setdefault(coordinator_name(config), handle)  # the first handle is the owner's
+        **_actor_options(coordinator_name(config), config.ray.namespace)).remote(config.to_dict())
+    try:
+        ray.get(handle.ready.remote(), timeout=120)
+    except Exception as exc:  # noqa: BLE001
+        raise ServiceError(f"the coordinator actor did not start: {exc}") from exc
     return handle
 
 
@@ -103,17 +99,41 @@ class _CoordinatorCall:
         return ray.get(getattr(handle, method).remote(*args), timeout=60)
 
 
-class _RayNodeCache:
-    """Actor body: a NodeCache that knows its Ray node and reaches the coordinator by name."""
+class _PeerCall:
+    """``peer_call(node_id, method, *args, timeout_s=)`` on another node's cache actor."""
 
-    def __init__(self, config: dict, coordinator: str | None, namespace: str) -> None:
+    def __init__(self, config: dict, namespace: str) -> None:
+        self.config = config
+        self.namespace = namespace
+        self._handles: dict[str, Any] = {}
+
+    def __call__(self, node_id: str, method: str, *args, timeout_s: float = 10.0):
+        import ray
+
+        from tierload.config import as_config
+
+        handle = self._handles.get(node_id)
+        if handle is None:
+            handle = ray.get_actor(node_cache_name(as_config(self.config), node_id), namespace=self.namespace)
+            self._handles[node_id] = handle
+        try:
+            return ray.get(handle.call.remote(method, *args), timeout=timeout_s)
+        except Exception:
+            self._handles.pop(node_id, None)
+            raise
+
+
+class _RayNodeCache:
+    """Actor body: a NodeCache that knows its Ray node and reaches the coordinator and peers by name."""
+
+    def __init__(self, config: dict, coordinator: str, namespace: str) -> None:
         import ray
 
         from tierload.cache.node_cache import NodeCache
 
         node_id = ray.get_runtime_context().get_node_id()
-        call = _CoordinatorCall(coordinator, namespace) if coordinator else None
-        self.cache = NodeCache(config, node_id=node_id, coordinator_call=call)
+        self.cache = NodeCache(config, node_id=node_id, coordinator_call=_CoordinatorCall(coordinator, namespace),
+                               peer_call=_PeerCall(config, namespace))
 
     def ready(self) -> bool:
         return True
@@ -125,22 +145,21 @@ class _RayNodeCache:
         return getattr(self.cache, method)(*args, **kwargs)
 
 
-def get_node_cache(config: TierloadConfig, node_id: str | None = None, detached: bool = False):
+def get_node_cache(config: TierloadConfig, node_id: str | None = None):
     """The cache actor of ``node_id`` (default: this process's node), created and pinned if missing."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node_id = node_id or ray.get_runtime_context().get_node_id()
-    coordinator = get_coordinator(config, detached=detached)
-    options = _actor_options(node_cache_name(config, node_id), config.ray.namespace, detached)
+    get_coordinator(config)
+    options = _actor_options(node_cache_name(config, node_id), config.ray.namespace)
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     handle = ray.remote(_RayNodeCache).options(**options).remote(
-        config.to_dict(), coordinator_name(config) if coordinator is not None else None, config.ray.namespace)
+        config.to_dict(), coordinator_name(config), config.ray.namespace)
     try:
         ray.get(handle.ready.remote(), timeout=120)
     except Exception as exc:  # noqa: BLE001
         raise ServiceError(f"the node cache actor on node {node_id} did not start: {exc}") from exc
-    _KEEPALIVE.setdefault(options["name"], handle)  # the first handle is the owner's
     return handle
 
 
@@ -171,9 +190,8 @@ def stop_actors(config: TierloadConfig) -> int:
             handle = ray.get_actor(name, namespace=config.ray.namespace)
             if name.startswith(prefix):
                 ray.get(handle.call.remote("close"), timeout=30)
-            ray.kill(handle)
+            ray.kill(handle, no_restart=True)
             stopped += 1
         except Exception:  # noqa: BLE001 - already gone
             log.debug("actor %s was already gone", name, exc_info=True)
-        _KEEPALIVE.pop(name, None)
     return stopped

@@ -7,11 +7,15 @@ from collections import Counter
 COUNTERS = (
     "accesses",             # planned block accesses of the epoch (runs)
     "hot_hits",             # ... served by a block already in (or on its way into) the hot tier
+    "peer_hits",            # ... brought from another node's hot tier
     "warm_hits",            # ... brought from the warm tier
     "cold_misses",          # ... brought from the cold tier
     "cold_bytes",           # bytes read from the cold tier (the S3 bill)
     "cold_gets",            # GET requests to the cold tier
     "warm_bytes",           # bytes read from the warm tier
+    "peer_bytes",           # bytes received from peer nodes (as sent: zstd or raw)
+    "peer_served",          # blocks this node served to peers
+    "peer_errors",          # peers that did not answer (the block came from warm or cold)
     "wire_raw_bytes",       # block bytes sent to consumers over the channel, before compression
     "wire_sent_bytes",      # ... as sent (zstd or raw)
     "integrity_failures",   # copies dropped because they did not match their checksum
@@ -25,12 +29,12 @@ def new_stats() -> Counter:
 
 
 def hit_ratios(stats: dict) -> dict[str, float]:
-    """Fraction of accesses served from each tier: ``{"hot": .., "warm": .., "cold": ..}``."""
+    """Fraction of accesses served from each tier: ``{"hot", "peer", "warm", "cold"}``."""
     accesses = stats.get("accesses", 0) or 0
+    tiers = (("hot", "hits"), ("peer", "hits"), ("warm", "hits"), ("cold", "misses"))
     if not accesses:
-        return {"hot": 0.0, "warm": 0.0, "cold": 0.0}
-    return {tier: stats.get(f"{tier}_{kind}", 0) / accesses
-            for tier, kind in (("hot", "hits"), ("warm", "hits"), ("cold", "misses"))}
+        return {tier: 0.0 for tier, _ in tiers}
+    return {tier: stats.get(f"{tier}_{kind}", 0) / accesses for tier, kind in tiers}
 
 
 def wire_ratio(stats: dict) -> float:

@@ -1,0 +1,160 @@
+"""Multi-node scenarios on a simulated Ray cluster (``ray.cluster_utils.Cluster``), one per run.
+
+Run as ``python tests/multinode/scenario.py SCENARIO WORKDIR``; prints one JSON line of results.
+Each scenario starts its own 3-node cluster (each node with its own hot directory and a
+custom resource ``node<i>``), moto's S3 server, and a training actor per node (rank = node
+index, world size 3), so it runs in its own process, apart from the test session's Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+import ray
+from ray.cluster_utils import Cluster
+
+from tierload.cache.stats import hit_ratios
+from tierload.s3local import LocalS3
+
+NODES = 3
+SAMPLES = 90
+SIZE = 2000
+
+
+@ray.remote(num_cpus=0)
+class Trainer:
+    """One training process per node: iterates its rank's share of each epoch."""
+
+    def __init__(self, rank: int, url: str, config: dict, storage_options: dict) -> None:
+        from tierload import TieredDataset
+
+        self.dataset = TieredDataset(url, config, rank=rank, world_size=NODES, storage_options=storage_options,
+                                     layout="files", batch_size=5)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def epoch(self, epoch: int, delay_s: float = 0.0) -> dict:
+        from torch.utils.data import DataLoader
+
+        self.dataset.set_epoch(epoch)
+        seen = []
+        loader = DataLoader(self.dataset, batch_size=5, num_workers=0, collate_fn=lambda batch: batch)
+        for batch in loader:
+            seen.extend(int(bytes(sample[:8])) for sample, _ in batch)
+            time.sleep(delay_s)
+        return {"seen": seen, "stats": self.dataset.epoch_stats(epoch)}
+
+
+def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int = 64):
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"node0": 1}, "object_store_memory": 100 * 2**20})
+    nodes = [cluster.head_node]
+    for index in range(1, NODES):
+        nodes.append(cluster.add_node(num_cpus=1, resources={f"node{index}": 1}, object_store_memory=100 * 2**20))
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="tierload", log_to_driver=False, configure_logging=False)
+    s3 = LocalS3().start()
+    fs = s3.create_bucket("multinode")
+    fs.pipe({f"multinode/ds/obj-{i:05d}.bin": f"{i:08d}".encode() + bytes(SIZE - 8) for i in range(SAMPLES)})
+    stored = SIZE + 40  # block header
+    config = {
+        "hot": {"dir": f"{workdir}/hot/{{node}}", "capacity_bytes": int(SAMPLES * stored * per_node_fraction),
+                "peer_timeout_s": 3.0},
+        "warm": {"url": f"{workdir}/warm" if warm else None, "capacity_bytes": SAMPLES * stored * 2},
+        "manifest": {"cache_dir": f"{workdir}/manifests"},
+        "prefetch": {"depth_blocks": depth_blocks},
+    }
+    trainers = [Trainer.options(resources={f"node{i}": 0.01}).remote(i, "s3://multinode/ds", config,
+                                                                      s3.storage_options) for i in range(NODES)]
+    return cluster, nodes, s3, config, trainers
+
+
+def summarize(results: list[dict]) -> dict:
+    stats = [r["stats"] for r in results]
+    return {"seen": sorted(i for r in results for i in r["seen"]),
+            "per_rank": [len(r["seen"]) for r in results],
+            "cold_bytes": sum(s.get("cold_bytes", 0) for s in stats),
+            "cold_gets": sum(s.get("cold_gets", 0) for s in stats),
+            "peer_hits": sum(s.get("peer_hits", 0) for s in stats),
+            "peer_bytes": sum(s.get("peer_bytes", 0) for s in stats),
+            "hot_hits": sum(s.get("hot_hits", 0) for s in stats),
+            "warm_hits": sum(s.get("warm_hits", 0) for s in stats),
+            "accesses": sum(s.get("accesses", 0) for s in stats),
+            "hit_ratio_per_rank": [hit_ratios(s) for s in stats]}
+
+
+def scenario_peer(workdir: str) -> dict:
+    """Warm disabled, each hot tier holds a third: epoch 2 must come from hot tiers and peers only."""
+    cluster, _nodes, s3, _config, trainers = start(workdir, warm=False, per_node_fraction=0.36)
+    try:
+        placement = ray.get([t.node_id.remote() for t in trainers])
+        epochs = []
+        for epoch in range(2):
+            epochs.append(summarize(ray.get([t.epoch.remote(epoch) for t in trainers])))
+            time.sleep(0.6)  # epoch boundary: residency reaches the coordinator
+        return {"distinct_nodes": len(set(placement)), "epochs": epochs}
+    finally:
+        s3.stop()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def scenario_node_loss(workdir: str) -> dict:
+    """Warm enabled; the third node is removed mid-epoch 2; survivors must finish exactly once."""
+    # A shallow prefetch, so the survivors still need the lost node's blocks after it is gone.
+    cluster, nodes, s3, config, trainers = start(workdir, warm=True, per_node_fraction=0.36, depth_blocks=2)
+    try:
+        lost_node = ray.get(trainers[2].node_id.remote())
+        first = summarize(ray.get([t.epoch.remote(0) for t in trainers]))
+        time.sleep(0.6)
+        survivors = [t.epoch.remote(1, 0.3) for t in trainers[:2]]
+        doomed = trainers[2].epoch.remote(1, 0.3)
+        time.sleep(0.6)
+        started = time.monotonic()
+        cluster.remove_node(nodes[2])
+        results = ray.get(survivors, timeout=240)
+        elapsed = time.monotonic() - started
+        try:
+            ray.get(doomed, timeout=30)
+            doomed_state = "finished"
+        except Exception as exc:  # noqa: BLE001 - its node is gone: expected
+            doomed_state = type(exc).__name__
+        from tierload.cache.runtime import coordinator_name
+        from tierload.config import load_config
+
+        coordinator = ray.get_actor(coordinator_name(load_config(config)), namespace="tierload")
+        deadline = time.monotonic() + 30
+        while True:
+            coord = ray.get(coordinator.stats.remote())
+            if lost_node in coord["forgotten_nodes"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        return {"first": first, "survivors": summarize(results), "survivor_seconds": elapsed,
+                "doomed": doomed_state, "lost_node": lost_node, "coordinator": coord,
+                "expected": [sorted(r) for r in _expected_slices(1)]}
+    finally:
+        s3.stop()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _expected_slices(epoch: int) -> list[list[int]]:
+    import numpy as np
+
+    from tierload.order import epoch_order, rank_slice
+
+    order = epoch_order(np.arange(SAMPLES), seed=0, epoch=epoch, shuffle="sample")
+    return [rank_slice(order, rank=r, world_size=NODES, drop_last=False).tolist() for r in range(NODES)]
+
+
+SCENARIOS = {"peer": scenario_peer, "node_loss": scenario_node_loss}
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    name, workdir = sys.argv[1], sys.argv[2]
+    result = SCENARIOS[name](workdir)
+    print("RESULT " + json.dumps(result))

@@ -1,0 +1,50 @@
+"""Three simulated nodes (``ray.cluster_utils.Cluster``): peer transfer, partitioned caching, node loss.
+
+Each scenario runs in its own process (tests/multinode/scenario.py) so its cluster is apart
+from this session's Ray; the scenario prints its measurements as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCENARIO = Path(__file__).parent / "multinode" / "scenario.py"
+
+
+def run_scenario(name: str, workdir: Path) -> dict:
+    proc = subprocess.run([sys.executable, str(SCENARIO), name, str(workdir)], capture_output=True, text=True,
+                          timeout=420)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"scenario {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_peers_serve_the_second_epoch_with_zero_cold_reads(tmp_path):
+    """Each node's hot tier holds a third; warm is off. Epoch 2 comes from local hot tiers and peers."""
+    result = run_scenario("peer", tmp_path)
+    assert result["distinct_nodes"] == 3  # one cache actor and one trainer per node
+    first, second = result["epochs"]
+    for epoch in (first, second):
+        assert epoch["seen"] == list(range(90)) and epoch["per_rank"] == [30, 30, 30]  # exactly once
+    assert first["cold_gets"] == 90
+    assert second["cold_bytes"] == 0 and second["cold_gets"] == 0
+    assert second["peer_hits"] > 0 and second["peer_hits"] + second["hot_hits"] == 90
+    assert 0 < second["peer_bytes"] < second["peer_hits"] * 2000  # zstd on the wire between nodes
+
+
+def test_a_node_lost_mid_epoch_leaves_the_survivors_exact(tmp_path):
+    """The third node is removed mid-epoch: survivors finish their shares exactly once, the lost
+    node's blocks come from warm or cold, nothing hangs, and the coordinator forgets the node."""
+    result = run_scenario("node_loss", tmp_path)
+    survivors = result["survivors"]
+    assert survivors["seen"] == sorted(result["expected"][0] + result["expected"][1])
+    assert survivors["per_rank"] == [30, 30]
+    assert result["doomed"] != "finished"  # the third rank really died mid-epoch
+    assert survivors["warm_hits"] + survivors["cold_gets"] > 0  # blocks it held came from below
+    assert result["survivor_seconds"] < 60
+    coordinator = result["coordinator"]
+    assert result["lost_node"] in coordinator["forgotten_nodes"]
+    assert result["lost_node"] not in coordinator["nodes"]

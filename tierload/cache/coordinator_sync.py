@@ -1,0 +1,176 @@
+"""A node cache's batched traffic with the coordinator.
+
+Every ~0.2 s one call carries what this node learned since the last one: access counts, the
+blocks it proposes for the warm tier (fresh from cold, or demoted from hot), warm copies it
+found corrupt, changes to its hot residency, and peers that did not answer. The answer says
+which warm writes were admitted (the coordinator has already made room; this node writes
+them, then confirms in a second call) and how the cluster's holder map changed, which this
+node keeps as a replica to find blocks on peers. So the coordinator is called a few times a
+second per node, never once per sample.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from typing import Callable
+
+from tierload.blockfile import encode_block
+from tierload.errors import BackendError
+from tierload.stores.base import BlockStore
+
+log = logging.getLogger(__name__)
+
+
+class CoordinatorSync:
+    """Background batching between one node cache and the coordinator.
+
+    Args:
+        node_id: This node's id.
+        call: ``call(method, *args)`` invokes the coordinator and returns its result.
+        collect: Returns ``(counts, hot_added, hot_removed, hot_full)`` gathered since the last
+            call and clears them; ``hot_full`` is the complete residency when ``full`` is asked.
+        now: Current time in the decay unit.
+        warm_store: The warm tier's store (written directly by this node once admitted), or None.
+        compress_level: zstd level to store warm blocks compressed, or None.
+        max_pending_bytes: Warm writes beyond this many queued bytes are skipped (and counted).
+        interval_s: Seconds between calls.
+    """
+
+    def __init__(self, node_id: str, call: Callable, collect: Callable[[bool], tuple], now: Callable[[], float],
+                 warm_store: BlockStore | None = None, compress_level: int | None = None,
+                 max_pending_bytes: int = 64 * 2**20, interval_s: float = 0.2) -> None:
+        self.node_id = node_id
+        self.call = call
+        self.collect = collect
+        self.now = now
+        self.warm_store = warm_store
+        self.compress_level = compress_level
+        self.max_pending_bytes = max_pending_bytes
+        self.interval_s = interval_s
+        self.known_warm: set[str] = set()
+        self.holders: dict[str, list[str]] = {}  # replica of the coordinator's map, this node excluded
+        self.stats = Counter(warm_writes=0, warm_writes_skipped=0, warm_write_errors=0, sync_errors=0, syncs=0)
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._writes: dict[str, bytes] = {}
+        self._pending_bytes = 0
+        self._drops: list[str] = []
+        self._lost: set[str] = set()
+        self._incarnation: str | None = None
+        self._since = -1
+        self._need_full = True
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tierload-coordinator-sync", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ producers
+    def offer_warm(self, key: str, raw: bytes, digest: int) -> None:
+        """Propose ``key`` for the warm tier (the coordinator decides)."""
+        if self.warm_store is None or key in self.known_warm:
+            return
+        data = encode_block(key, raw, raw_checksum=digest, compress_level=self.compress_level)
+        with self._lock:
+            if key in self._writes:
+                return
+            if self._pending_bytes + len(data) > self.max_pending_bytes:
+                self.stats["warm_writes_skipped"] += 1
+                return
+            self._writes[key] = data
+            self._pending_bytes += len(data)
+
+    def drop_warm(self, key: str) -> None:
+        """Report a corrupt warm copy of ``key``; the coordinator deletes it."""
+        with self._lock:
+            self._drops.append(key)
+            self.known_warm.discard(key)
+
+    def report_lost(self, node_id: str) -> None:
+        """A peer did not answer; stop asking it and tell the coordinator."""
+        with self._lock:
+            self._lost.add(node_id)
+            self.holders = {key: [n for n in nodes if n != node_id] for key, nodes in self.holders.items()}
+
+    def holders_of(self, key: str) -> list[str]:
+        """Peers that hold ``key`` in their hot tier, as far as this node knows."""
+        nodes = self.holders.get(key, ())
+        return [node for node in nodes if node not in self._lost]
+
+    # ----------------------------------------------------------------- sync
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - keep syncing; the next call carries fresh data
+                self.stats["sync_errors"] += 1
+                log.warning("sync of node %s with the coordinator failed", self.node_id, exc_info=True)
+
+    def flush(self) -> None:
+        """Send one batch now and apply the answer."""
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            writes, self._writes, self._pending_bytes = self._writes, {}, 0
+            drops, self._drops = self._drops, []
+            lost = sorted(self._lost)
+        need_full = self._need_full
+        counts, added, removed, full = self.collect(need_full)
+        report = {"counts": counts, "now": self.now(), "proposals": [(k, len(v)) for k, v in writes.items()],
+                  "drops": drops, "hot_added": added, "hot_removed": removed, "lost": lost, "since": self._since}
+        if need_full:
+            report["hot_full"] = full
+        answer = self.call("sync", self.node_id, report)
+        self.stats["syncs"] += 1
+        if need_full:
+            self._need_full = False
+        if answer["incarnation"] != self._incarnation:
+            if self._incarnation is not None:
+                log.warning("the coordinator restarted; resending this node's residency")
+                self._need_full = True
+                self.known_warm.clear()
+            self._incarnation = answer["incarnation"]
+        self._apply_holders(answer["holders"], answer["full"])
+        self._since = answer["version"]
+        self._write_admitted(writes, answer["granted"], answer["present"])
+
+    def _apply_holders(self, holders: dict[str, list[str]], full: bool) -> None:
+        others = {key: [n for n in nodes if n != self.node_id] for key, nodes in holders.items()}
+        with self._lock:
+            if full:
+                self.holders = {key: nodes for key, nodes in others.items() if nodes}
+                return
+            for key, nodes in others.items():
+                if nodes:
+                    self.holders[key] = nodes
+                else:
+                    self.holders.pop(key, None)
+
+    def _write_admitted(self, writes: dict[str, bytes], granted: list[bool], present: list[bool]) -> None:
+        committed, aborted = [], []
+        for (key, data), admit, there in zip(writes.items(), granted, present):
+            if there:
+                self.known_warm.add(key)
+            if not admit:
+                continue
+            try:
+                self.warm_store.write(key, data)
+                committed.append(key)
+            except BackendError:
+                log.warning("cannot write block %s to the warm tier", key, exc_info=True)
+                self.stats["warm_write_errors"] += 1
+                aborted.append(key)
+        if committed or aborted:
+            self.call("commit", committed, aborted)
+            self.known_warm.update(committed)
+            self.stats["warm_writes"] += len(committed)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001 - best effort at shutdown
+            log.debug("final coordinator sync failed", exc_info=True)
