@@ -48,3 +48,20 @@ def test_a_node_lost_mid_epoch_leaves_the_survivors_exact(tmp_path):
     coordinator = result["coordinator"]
     assert result["lost_node"] in coordinator["forgotten_nodes"]
     assert result["lost_node"] not in coordinator["nodes"]
+
+
+def test_tierload_serve_status_and_stop_on_a_cluster(tmp_path):
+    """`tierload serve` starts one cache per node and the coordinator (a second call changes
+    nothing); a job runs through those actors; `status` reports each node; `stop` ends them."""
+    result = run_scenario("serve", tmp_path)
+    first, second = result["serve"]
+    assert first["code"] == 0 and "started 4 actor(s)" in first["out"]
+    assert second["code"] == 0 and "nothing to start" in second["out"]
+    assert len(result["actors"]) == 4 and result["actors_after_job"] == result["actors"]  # the job reused them
+    assert result["job"]["seen"] == list(range(90))
+    status = result["status"]
+    assert len(status["nodes"]) == 3 and all(node["accesses"] == 30 for node in status["nodes"])
+    assert all(node["levels"][0]["used_bytes"] <= node["levels"][0]["capacity_bytes"] for node in status["nodes"])
+    assert status["coordinator"]["warm"]["blocks"] == 90
+    assert "hot-disk" in result["table"] and "(shared)" in result["table"]
+    assert result["stop"]["code"] == 0 and result["left"] == []

@@ -49,7 +49,7 @@ class Trainer:
         return {"seen": seen, "stats": self.dataset.epoch_stats(epoch)}
 
 
-def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int = 64):
+def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int = 64, start_trainers: bool = True):
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "resources": {"node0": 1}, "object_store_memory": 100 * 2**20})
     nodes = [cluster.head_node]
@@ -69,7 +69,8 @@ def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int 
         "prefetch": {"depth_blocks": depth_blocks},
     }
     trainers = [Trainer.options(resources={f"node{i}": 0.01}).remote(i, "s3://multinode/ds", config,
-                                                                      s3.storage_options) for i in range(NODES)]
+                                                                      s3.storage_options)
+                for i in range(NODES)] if start_trainers else []
     return cluster, nodes, s3, config, trainers
 
 
@@ -151,7 +152,47 @@ def _expected_slices(epoch: int) -> list[list[int]]:
     return [rank_slice(order, rank=r, world_size=NODES, drop_last=False).tolist() for r in range(NODES)]
 
 
-SCENARIOS = {"peer": scenario_peer, "node_loss": scenario_node_loss}
+def scenario_serve(workdir: str) -> dict:
+    """``tierload serve`` starts the actors (idempotently), a job runs through them, ``status``
+    reports per node, ``stop`` ends them."""
+    import os
+    import subprocess
+
+    import yaml
+
+    cluster, _nodes, s3, config, trainers = start(workdir, warm=True, per_node_fraction=0.5, start_trainers=False)
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        path = f"{workdir}/service.yaml"
+        with open(path, "w") as handle:
+            yaml.safe_dump(config, handle)
+        tierload = [sys.executable, "-m", "tierload.cli.main"]
+
+        def cli(*args):
+            proc = subprocess.run([*tierload, *args, "--address", cluster.address, "--config", path],
+                                  capture_output=True, text=True, timeout=180, env=dict(os.environ))
+            return {"code": proc.returncode, "out": proc.stdout.strip(), "err": proc.stderr.strip()[-2000:]}
+
+        first, second = cli("serve"), cli("serve")
+        names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
+        trainers = [Trainer.options(resources={f"node{i}": 0.01}).remote(i, "s3://multinode/ds", config,
+                                                                          s3.storage_options) for i in range(NODES)]
+        job = summarize(ray.get([t.epoch.remote(0) for t in trainers]))
+        names_after_job = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
+        status = cli("status", "--json")
+        table = cli("status")
+        stopped = cli("stop")
+        left = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
+        return {"serve": [first, second], "actors": names, "actors_after_job": names_after_job, "job": job,
+                "status": json.loads(status["out"]) if status["code"] == 0 else status, "table": table["out"],
+                "stop": stopped, "left": left}
+    finally:
+        s3.stop()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+SCENARIOS = {"peer": scenario_peer, "node_loss": scenario_node_loss, "serve": scenario_serve}
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)

@@ -46,3 +46,12 @@ def cli(debug: bool) -> None:
 from tierload.cli.demo import demo  # noqa: E402 - commands register on the group above
 
 cli.add_command(demo)
+
+from tierload.cli.service import serve, status, stop  # noqa: E402
+
+for _command in (serve, status, stop):
+    cli.add_command(_command)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,94 @@
+"""tierload as a service on a Ray cluster: start, inspect and stop its actors.
+
+``serve`` starts the coordinator and one cache actor on every alive node (named, detached,
+pinned); calling it again changes nothing. Jobs that use the same tier configuration find
+these actors by name. A node that joins later gets its cache actor when a job first runs
+there (or at the next ``serve``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tierload.cache.runtime import (coordinator_name, ensure_ray, get_coordinator, get_node_cache,
+                                    node_cache_name, stop_actors)
+from tierload.cache.stats import hit_ratios
+from tierload.config import TierloadConfig
+
+log = logging.getLogger(__name__)
+
+
+def _alive_nodes() -> list[str]:
+    import ray
+
+    return sorted(node["NodeID"] for node in ray.nodes() if node.get("Alive"))
+
+
+def _named_actors(config: TierloadConfig) -> list[dict]:
+    import ray
+
+    return [a for a in ray.util.list_named_actors(all_namespaces=True)
+            if isinstance(a, dict) and a.get("namespace") == config.ray.namespace]
+
+
+def serve(config: TierloadConfig) -> dict[str, Any]:
+    """Start the coordinator and a cache actor on every alive node. Idempotent.
+
+    Returns:
+        ``{"nodes": [node ids], "started": [actor names newly started], "coordinator": name}``.
+
+    Raises:
+        ServiceError: Ray cannot be reached, or an actor does not start.
+    """
+    ensure_ray(config)
+    before = {a["name"] for a in _named_actors(config)}
+    get_coordinator(config)
+    nodes = _alive_nodes()
+    for node_id in nodes:
+        get_node_cache(config, node_id)
+    after = {a["name"] for a in _named_actors(config)}
+    started = sorted(after - before)
+    log.info("tierload serves %d nodes (%d actors started)", len(nodes), len(started))
+    return {"nodes": nodes, "started": started, "coordinator": coordinator_name(config)}
+
+
+def status(config: TierloadConfig) -> dict[str, Any]:
+    """Per node and tier: used/capacity bytes, blocks, hit ratios, peer hits, cold bytes and GETs,
+    in-flight prefetches; and the warm tier as the coordinator sees it.
+
+    Raises:
+        ServiceError: Ray cannot be reached.
+    """
+    import ray
+
+    ensure_ray(config)
+    prefix = node_cache_name(config, "")
+    nodes = []
+    for actor in sorted(_named_actors(config), key=lambda a: a["name"]):
+        if not actor["name"].startswith(prefix):
+            continue
+        try:
+            handle = ray.get_actor(actor["name"], namespace=config.ray.namespace)
+            stats = ray.get(handle.call.remote("stats"), timeout=30)
+        except Exception as exc:  # noqa: BLE001 - report the node as unreachable, keep going
+            nodes.append({"actor": actor["name"], "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        counters = stats["counters"]
+        nodes.append({
+            "actor": actor["name"], "node_id": stats["node_id"], "levels": stats["levels"],
+            "hit_ratio": hit_ratios(counters), "peer_hits": counters.get("peer_hits", 0),
+            "peer_served": counters.get("peer_served", 0), "cold_bytes": counters.get("cold_bytes", 0),
+            "cold_gets": counters.get("cold_gets", 0), "accesses": counters.get("accesses", 0),
+            "inflight_prefetches": stats["inflight"], "open_streams": len(stats["streams"])})
+    coordinator = None
+    if any(a["name"] == coordinator_name(config) for a in _named_actors(config)):
+        handle = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
+        coordinator = ray.get(handle.stats.remote(), timeout=30)
+    return {"nodes": nodes, "coordinator": coordinator}
+
+
+def stop(config: TierloadConfig) -> int:
+    """Stop this deployment's actors (tier files stay on disk). Returns how many were stopped."""
+    ensure_ray(config)
+    return stop_actors(config)
