@@ -31,6 +31,9 @@ def ray_session():
     """One local Ray for the session, bound to 127.0.0.1, 2 CPUs, no dashboard."""
     import ray
 
+    # Actors import test-only helpers (e.g. a rotating credential provider) from tests/.
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
     ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              object_store_memory=200 * 2**20, namespace="tierload", log_to_driver=False,
              configure_logging=False)

@@ -34,7 +34,12 @@ def _bytes_field(value: Any, info) -> int:
 
 
 class ColdConfig(_Frozen):
-    """How to reach the cold tier (S3 or any fsspec object store). Read-only."""
+    """How to reach the cold tier (S3 or any fsspec object store). Read-only.
+
+    ``credential_provider`` is ``"package.module:function"``: a function returning
+    ``{"key", "secret", "token"}``, called when the S3 client is built and again, once per
+    process, when S3 answers ``ExpiredToken`` (the read is then retried once).
+    """
 
     endpoint_url: str | None = None
     region: str | None = None
@@ -44,8 +49,16 @@ class ColdConfig(_Frozen):
     connect_timeout_s: float = Field(5.0, gt=0)
     read_timeout_s: float = Field(60.0, gt=0)
     max_attempts: int = Field(3, ge=1, le=20)
+    credential_provider: str | None = None
 
     _parse_sizes = field_validator("max_request_bytes", mode="before")(_bytes_field)
+
+    @field_validator("credential_provider")
+    @classmethod
+    def _import_path(cls, value: str | None) -> str | None:
+        if value is not None and (":" not in value or not all(value.split(":", 1))):
+            raise ValueError(f"credential_provider={value!r}; give it as 'package.module:function'")
+        return value
 
     @field_validator("max_request_bytes")
     @classmethod

@@ -13,6 +13,7 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     │   ├── BucketNotFoundError            the bucket does not exist
     │   ├── SourceNotFoundError            the object or prefix does not exist
     │   ├── SourceChangedError             the object's version (ETag) differs from the manifest
+    │   ├── CredentialsExpiredError        the cold tier rejected expired credentials
     │   └── TransientBackendError          throttling, reset, 5xx: safe to retry
     ├── ManifestError(ValueError)          the dataset cannot be described (empty prefix, bad layout)
     └── ServiceError(RuntimeError)         a tierload actor or its local channel failed
@@ -87,6 +88,10 @@ class SourceNotFoundError(BackendError, FileNotFoundError):
 
 class SourceChangedError(BackendError):
     """The object in the cold tier no longer has the version (ETag) recorded in the manifest."""
+
+
+class CredentialsExpiredError(BackendError, PermissionError):
+    """The cold tier rejected the credentials as expired (e.g. S3 ``ExpiredToken``)."""
 
 
 class TransientBackendError(BackendError):

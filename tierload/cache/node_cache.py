@@ -382,6 +382,8 @@ class NodeCache:
                 "counters": dict(self._stats),
                 "levels": [level.index.stats() for level in self._levels],
                 "inflight": len(self._inflight),
+                "threads": threading.active_count(),
+                "pid": os.getpid(),
                 "staged_bytes": sum(len(v) for v in self._staged.values()),
                 "streams": [self._stream_stats(s) for s in self._streams.values()],
                 "finished_streams": list(self._finished),

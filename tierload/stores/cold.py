@@ -9,9 +9,11 @@ mid-stream is retried here with the same bound. Nothing else is retried.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +21,9 @@ from typing import Any
 import fsspec
 
 from tierload.config import ColdConfig
-from tierload.errors import (BackendError, BucketNotFoundError, EndpointUnreachableError, SourceChangedError,
-                             SourceNotFoundError, TierloadError, TransientBackendError)
+from tierload.errors import (BackendError, BucketNotFoundError, ConfigError, CredentialsExpiredError,
+                             EndpointUnreachableError, SourceChangedError, SourceNotFoundError, TierloadError,
+                             TransientBackendError)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,9 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     if code in _TRANSIENT_CODES or names & {"ClientPayloadError", "IncompleteRead", "ReadTimeoutError",
                                             "TimeoutError", "ConnectionResetError", "FSTimeoutError"}:
         return TransientBackendError(f"transient cold-tier failure: {text}", tier="cold", url=url)
-    if isinstance(exc, PermissionError) or code in ("AccessDenied", "InvalidAccessKeyId", "ExpiredToken"):
+    if code in ("ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired"):
+        return CredentialsExpiredError(f"the cold tier says the credentials expired ({code})", tier="cold", url=url)
+    if isinstance(exc, PermissionError) or code in ("AccessDenied", "InvalidAccessKeyId"):
         return BackendError(f"access denied by the cold tier ({code or 'permission'}): {text}", tier="cold",
                             url=url)
     return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
@@ -140,28 +145,59 @@ class ColdSource:
         self.storage_options = storage_options
         self._fs = None
         self._pid = -1
+        self._credentials_generation = 0
+        self._credentials_lock = threading.Lock()
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_fs"], state["_pid"] = None, -1
+        state["_fs"], state["_pid"], state["_credentials_lock"] = None, -1, None  # rebuilt per process
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._credentials_lock = threading.Lock()
+
+    def _provided_credentials(self) -> dict:
+        path = self.config.credential_provider
+        if not path:
+            return {}
+        module_name, _, function_name = path.partition(":")
+        try:
+            provider = getattr(importlib.import_module(module_name), function_name)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"cold.credential_provider={path!r} cannot be imported: {exc}") from exc
+        credentials = provider()
+        return {name: credentials[name] for name in ("key", "secret", "token") if credentials.get(name)}
+
+    def _refresh_credentials(self, generation: int) -> None:
+        """Rebuild the client with fresh credentials, once per expiry however many threads saw it."""
+        with self._credentials_lock:
+            if self._credentials_generation == generation:
+                log.warning("cold tier credentials expired; asking %s for new ones", self.config.credential_provider)
+                self._fs = None
+                self._credentials_generation += 1
 
     @property
     def fs(self):
-        if self._fs is None or self._pid != os.getpid():
-            cls = fsspec.get_filesystem_class(self.protocol)
-            # skip_instance_cache: a cached instance may hold another process's session or loop.
-            self._fs = cls(skip_instance_cache=True, **self.storage_options)
-            if self.protocol in ("s3", "s3a"):
-                self._fs.retries = 1  # botocore's standard mode retries; s3fs's own loop would multiply them
-            self._pid = os.getpid()
-        return self._fs
+        current = self._fs
+        if current is not None and self._pid == os.getpid():
+            return current
+        with self._credentials_lock:  # one client per process, however many threads ask at once
+            if self._fs is None or self._pid != os.getpid():
+                cls = fsspec.get_filesystem_class(self.protocol)
+                # skip_instance_cache: a cached instance may hold another process's session or loop.
+                fs = cls(skip_instance_cache=True, **{**self.storage_options, **self._provided_credentials()})
+                if self.protocol in ("s3", "s3a"):
+                    fs.retries = 1  # botocore's standard mode retries; s3fs's own loop would multiply them
+                self._pid = os.getpid()
+                self._fs = fs
+            return self._fs
 
     def _strip(self, url: str) -> str:
         return self.fs._strip_protocol(url)
 
     def _unstrip(self, path: str) -> str:
-        return f"{self.protocol}://{path}" if self.protocol not in ("file", "local") else path
+        return f"file://{path}" if self.protocol in ("file", "local") else f"{self.protocol}://{path}"
 
     def _version(self, info: dict) -> str:
         etag = info.get("ETag") or info.get("etag")
@@ -257,8 +293,10 @@ class ColdSource:
         from fsspec.asyn import sync
 
         attempt = 0
+        refreshed = False
         while True:
             attempt += 1
+            generation = self._credentials_generation
             try:
                 data = sync(self.fs.loop, self._get_object, bucket, key, version, start, end)
                 if len(data) != end - start:
@@ -267,6 +305,10 @@ class ColdSource:
             except Exception as exc:  # noqa: BLE001
                 tally["cold_gets"] = tally.get("cold_gets", 0) + 1
                 error = translate_error(exc, url)
+                if isinstance(error, CredentialsExpiredError) and self.config.credential_provider and not refreshed:
+                    self._refresh_credentials(generation)
+                    refreshed = True
+                    continue
                 if isinstance(error, TransientBackendError) and attempt < self.config.max_attempts:
                     delay = random.uniform(0, min(2.0, 0.05 * 2**attempt))
                     log.warning("cold read of %s failed (%s); retry %d/%d in %.2fs", url, error, attempt,

@@ -1,0 +1,107 @@
+"""A fault-injecting HTTP proxy in front of moto's S3 server, for the real-world failure cases.
+
+Requests are forwarded unchanged (aiohttp, on its own event-loop thread); rules decide per
+request whether to answer with an S3 error instead, to cut the body short, or to slow it down.
+It also counts the GETs it forwards per object key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+
+@dataclass
+class Faults:
+    """What to break. Keys are object keys without the bucket (e.g. ``ds/a.bin``)."""
+
+    expired_access_keys: set[str] = field(default_factory=set)  # GETs signed with these: ExpiredToken
+    truncate_once: set[str] = field(default_factory=set)        # next GET of these: drop the connection at 50%
+    slow_chunk_s: float = 0.0                                    # sleep per 64 KiB chunk of every GET body
+    gets: Counter = field(default_factory=Counter)
+
+
+class FaultyS3:
+    """Proxy on 127.0.0.1 (a free port) to ``upstream``; use as a context manager."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.faults = Faults()
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _object_key(self, request: web.Request) -> str:
+        return request.path.lstrip("/").split("/", 1)[-1]
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        key = self._object_key(request)
+        is_get = request.method == "GET" and "list-type" not in request.query and key and "/" in request.path[1:]
+        if is_get:
+            self.faults.gets[key] += 1
+            auth = request.headers.get("Authorization", "")
+            if any(f"Credential={k}/" in auth for k in self.faults.expired_access_keys):
+                body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code>'
+                        b"<Message>The provided token has expired.</Message></Error>")
+                return web.Response(status=400, body=body, content_type="application/xml")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
+                                         data=await request.read(), allow_redirects=False) as upstream:
+            payload = await upstream.read()
+            out_headers = {k: v for k, v in upstream.headers.items()
+                           if k.lower() not in ("transfer-encoding", "content-encoding", "connection", "server",
+                                                "date")}
+            response = web.StreamResponse(status=upstream.status, headers=out_headers)
+            await response.prepare(request)
+            if is_get and key in self.faults.truncate_once and len(payload) > 1:
+                self.faults.truncate_once.discard(key)
+                await response.write(payload[:len(payload) // 2])
+                request.transport.close()  # the stream breaks off halfway
+                return response
+            for start in range(0, len(payload), 65536):
+                if is_get and self.faults.slow_chunk_s:
+                    await asyncio.sleep(self.faults.slow_chunk_s)
+                await response.write(payload[start:start + 65536])
+            await response.write_eof()
+            return response
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def start():
+            self._session = aiohttp.ClientSession(auto_decompress=False)
+            app = web.Application(client_max_size=1 << 30)
+            app.router.add_route("*", "/{tail:.*}", self._handle)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]
+            self._ready.set()
+
+        self._loop.run_until_complete(start())
+        self._loop.run_forever()
+
+    def __enter__(self) -> "FaultyS3":
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        async def stop():
+            await self._runner.cleanup()
+            await self._session.close()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
