@@ -108,13 +108,14 @@ class TierIndex:
         if size > self.capacity_bytes:
             self.refusals += 1
             return Admission(False, [], f"block of {size} bytes exceeds the tier's capacity")
-        if self.counter.at_last_access(key) < self.admit_min_count:
+        if self.admit_min_count > 0 and self.counter.at_last_access(key) < self.admit_min_count:
             self.refusals += 1
             return Admission(False, [], "access count below admit_min_count")
         need = self.used_bytes + size - self.capacity_bytes
         victims: list = []
         if need > 0:
-            chosen = self.policy.victims(key, size, need, self.resident, self.is_pinned, now)
+            # pins.__contains__ is is_pinned without a Python frame: policies call it per candidate.
+            chosen = self.policy.victims(key, size, need, self.resident, self.pins.__contains__, now)
             if chosen is None:
                 self.refusals += 1
                 return Admission(False, [], f"policy {self.policy.name} refused admission")
@@ -155,6 +156,14 @@ class TierIndex:
         self.used_bytes -= size
         self.policy.on_remove(key)
         return True
+
+    def replace_policy(self, policy: Policy, admit_min_count: float, now: float) -> None:
+        """Switch to another policy without moving a byte: residents are handed to the new policy,
+        which decides from the next admission on."""
+        for key, size in self.resident.items():
+            policy.on_insert(key, size, now)
+        self.policy = policy
+        self.admit_min_count = admit_min_count
 
     def stats(self) -> dict:
         return {"tier": self.name, "capacity_bytes": self.capacity_bytes, "used_bytes": self.used_bytes,

@@ -1,0 +1,209 @@
+"""``tierload policy``: show, validate, simulate and apply tier policies."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from tierload.config import HOT_POLICIES, WARM_POLICIES
+from tierload.errors import ConfigError
+from tierload.units import parse_bytes
+
+
+class _Capacity(click.ParamType):
+    """A size (``2GiB``, ``1048576``) or a share of the trace's working set (``25%``)."""
+
+    name = "SIZE|PCT%"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip()
+        try:
+            if text.endswith("%"):
+                share = float(text[:-1]) / 100
+                if share < 0:
+                    raise ValueError
+                return ("share", share)
+            return ("bytes", parse_bytes(text, field=param.name if param else "capacity"))
+        except (ValueError, ConfigError):
+            self.fail(f"{value!r} is neither a size (e.g. 2GiB) nor a share of the data (e.g. 25%)", param, ctx)
+
+
+def _bytes_of(capacity: tuple[str, float] | None, working_set: int) -> int | None:
+    if capacity is None:
+        return None
+    kind, amount = capacity
+    return int(amount * working_set) if kind == "share" else int(amount)
+
+
+def _names(text: str | None, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    if not text:
+        return allowed
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        raise click.BadParameter(f"unknown {', '.join(unknown)}; choose from {', '.join(allowed)}", param_hint=option)
+    return names
+
+
+def _checked(file: str, consequence: str = ""):
+    """The config in ``file``, or exit 2 after printing every problem in it."""
+    from tierload.config import check_config_file
+
+    config, problems = check_config_file(file)
+    if problems:
+        for problem in problems:
+            click.echo(f"{file}: {problem}", err=True)
+        click.echo(f"{file}: {len(problems)} problem(s){consequence}", err=True)
+        sys.exit(2)
+    return config
+
+
+@click.group()
+def policy() -> None:
+    """Show, check, simulate and apply tier policies (YAML files like those in configs/)."""
+
+
+@policy.command()
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+def show(file: str | None, as_json: bool) -> None:
+    """Print the effective configuration: FILE (or none) over the defaults, with TIERLOAD_* applied."""
+    import yaml
+
+    from tierload.cli.main import handle_errors
+    from tierload.config import load_config
+
+    config = handle_errors(load_config)(file)
+    data = config.to_dict()
+    click.echo(json.dumps(data, indent=2) if as_json else yaml.safe_dump(data, sort_keys=False).rstrip())
+
+
+@policy.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def validate(file: str) -> None:
+    """Check FILE and report every problem in it at once, with its line and key."""
+    from tierload.cli.main import handle_errors
+
+    handle_errors(_checked)(file)
+    click.echo(f"{file}: valid")
+
+
+@policy.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--trace", "trace_file", type=click.Path(dir_okay=False),
+              help="Replay a recorded trace (text: KEY [SIZE_BYTES [NODE [EPOCH]]] per line, or Parquet) "
+                   "instead of generating one.")
+@click.option("--dataset", default="10000", show_default=True,
+              help="Number of blocks, or a manifest JSON file (tierload's cached manifest).")
+@click.option("--block-size", default="1MiB", show_default=True, help="Size of each block (mean, with --size-spread).")
+@click.option("--size-spread", default=0.0, show_default=True, type=click.FloatRange(0, 5),
+              help="Log-normal sigma of block sizes around --block-size (0: equal blocks).")
+@click.option("--samples-per-block", default=1, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--epochs", default=4, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--world-size", default=1, show_default=True, type=click.IntRange(1, 100_000), help="Ranks per job.")
+@click.option("--nodes", default=None, type=click.IntRange(1, 100_000),
+              help="Nodes per job, each with its own hot tier [default: one per rank].")
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 1000),
+              help="Jobs reading the dataset, seeds --seed, --seed+1, ..., sharing the warm tier.")
+@click.option("--stagger", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Epochs between the starts of consecutive jobs.")
+@click.option("--shuffle", default="auto", show_default=True, type=click.Choice(["auto", "sample", "block", "none"]))
+@click.option("--window-blocks", default=8, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--hot-capacity", type=_Capacity(), help="Hot tier per node: a size or a share of the data, e.g. 25% "
+              "[default: hot.capacity_bytes of FILE].")
+@click.option("--warm-capacity", type=_Capacity(), help="Warm tier: a size or a share, 0 for none "
+              "[default: warm.capacity_bytes of FILE].")
+@click.option("--hot-policies", help=f"Hot policies to compare [default: {','.join(HOT_POLICIES)}].")
+@click.option("--warm-policies", help=f"Warm policies to compare [default: {','.join(WARM_POLICIES)}].")
+@click.option("--save-trace", type=click.Path(dir_okay=False),
+              help="Also write the trace (text, or Parquet by suffix).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, size_spread: float,
+             samples_per_block: int, epochs: int, seed: int, world_size: int, nodes: int | None, jobs: int,
+             stagger: float, shuffle: str, window_blocks: int, hot_capacity, warm_capacity, hot_policies: str | None,
+             warm_policies: str | None, save_trace: str | None, as_json: bool) -> None:
+    """Replay an access trace through the policies of FILE and all others, side by side.
+
+    Without --trace, the trace is the one TieredDataset would read with these settings.
+    """
+    from tierload.cli.main import handle_errors
+
+    hot_names = _names(hot_policies, HOT_POLICIES, "--hot-policies")
+    warm_names = _names(warm_policies, WARM_POLICIES, "--warm-policies")
+    config = handle_errors(_checked)(file)
+
+    def run() -> None:
+        from tqdm import tqdm
+
+        from tierload.simulator import (
+            DatasetShape,
+            JobSpec,
+            StackSpec,
+            compare,
+            format_table,
+            job_trace,
+            read_trace,
+            to_json,
+            write_trace,
+        )
+
+        block_bytes = parse_bytes(block_size, field="--block-size")
+        if trace_file:
+            trace = read_trace(trace_file, block_bytes=block_bytes)
+        else:
+            if dataset.isdigit():
+                shape = DatasetShape.uniform(int(dataset), block_bytes, samples_per_block=samples_per_block,
+                                             size_spread=size_spread, seed=seed)
+            else:
+                shape = DatasetShape.from_manifest(dataset)
+            trace = job_trace([JobSpec(shape, epochs=epochs, seed=seed + j, world_size=world_size, nodes=nodes,
+                                       shuffle=shuffle, window_blocks=window_blocks, start=j * stagger)
+                               for j in range(jobs)])
+        if save_trace:
+            write_trace(trace, save_trace)
+        working_set = trace.distinct_bytes()
+        spec = StackSpec.from_config(config, hot_capacity_bytes=_bytes_of(hot_capacity, working_set),
+                                     warm_capacity_bytes=_bytes_of(warm_capacity, working_set))
+        # disable=None: the bar shows on a terminal only, so --json output and logs stay clean.
+        with tqdm(total=1, unit="access", unit_scale=True, desc="simulating", leave=False, disable=None) as bar:
+            def progress(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            comparison = compare(trace, spec, hot_policies=hot_names, warm_policies=warm_names, progress=progress)
+        click.echo(json.dumps(to_json(comparison), indent=2) if as_json else format_table(comparison))
+
+    handle_errors(run)()
+
+
+@policy.command(name="set")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--config", "deployment", type=click.Path(dir_okay=False),
+              help="The deployment's config file, to find its actors [default: FILE].")
+def set_policy(file: str, deployment: str | None) -> None:
+    """Apply the policy section of FILE to the running cluster's actors, without restarting jobs.
+
+    It takes effect at each tier's next admission decision. An invalid FILE is refused with
+    every problem listed, and the running policy stays as it is.
+    """
+    from tierload.cli.main import handle_errors
+    from tierload.config import load_config
+
+    new = handle_errors(_checked)(file, "; refused, the running policy is unchanged")
+
+    def run() -> None:
+        from tierload.cache.runtime import apply_policy  # imports Ray: only once the file is known good
+
+        target = load_config(deployment if deployment else file)
+        result = apply_policy(target, new.policy) or {}
+        reached = [f"{len(result.get('nodes', []))} node cache(s)"]
+        if result.get("coordinator"):
+            reached.append("the coordinator")
+        click.echo(f"applied the policy of {file} to {' and '.join(reached)}; it decides from their next admission on")
+
+    handle_errors(run)()
