@@ -3,56 +3,79 @@
 Swap it into an existing ``DataLoader``::
 
     ds = TieredDataset("s3://bucket/train", batch_size=64)
-    loader = DataLoader(ds, batch_size=64, num_workers=4)
+    loader = DataLoader(ds, batch_size=64, num_workers=4, collate_fn=tierload.collate)
     for epoch in range(epochs):
         ds.set_epoch(epoch)
         for images, labels in loader:
             ...
 
 Within an epoch every sample is yielded exactly once across all ranks and workers (see
-:mod:`tierload.order` for the split rule, and ``drop_last`` for uneven sizes).
+:mod:`tierload.order` for the split rule, and ``drop_last`` for uneven sizes). Under
+``torch.distributed`` every rank yields the same number of samples, so no rank waits in a
+collective for a batch another rank never gets.
+
+Resuming mid-epoch: :meth:`TieredDataset.state_dict` / :meth:`TieredDataset.load_state_dict`
+(see :mod:`tierload.state`); torchdata's ``StatefulDataLoader`` calls them for you.
+
+The epoch and a pending resume point live in a small shared-memory block, so DataLoader
+workers see ``set_epoch`` even with ``persistent_workers=True``, and a resume point is used by
+exactly one iteration (all of its workers), then never again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from tierload.cache.channel import ChannelClient
-from tierload.cache.consumer import BlockReader
+from tierload.cache.consumer import BlockReader, DirectSource, NodeLink
 from tierload.config import TierloadConfig, load_config
-from tierload.errors import ConfigError, ServiceError
+from tierload.errors import ConfigError, ServiceError, StreamNotOpenError
+from tierload.gpu import DeviceOutput
 from tierload.manifest import LAYOUTS, Manifest, cache_path, load_manifest
-from tierload.order import SHUFFLE_MODES, epoch_order, rank_slice, samples_per_rank, worker_positions
+from tierload.order import (
+    SHUFFLE_MODES,
+    epoch_order,
+    rank_slice,
+    resolve_shuffle,
+    reuse_gap,
+    samples_per_rank,
+    worker_positions,
+)
+from tierload.resume import Progress, ResumeTracker
+from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
 from tierload.stores.cold import ColdSource, s3_storage_options
 
 log = logging.getLogger(__name__)
+
+_DIRECT_LAYOUTS = ("npy", "files")  # blocks that decode from a device buffer (the kvikio path)
 
 
 class TieredDataset(IterableDataset):
     """Samples of a dataset in the cold tier, served through the warm and hot tiers.
 
     Args:
-        url: Dataset prefix, e.g. ``s3://bucket/train`` (image folders, Parquet files, or raw files).
+        url: Dataset prefix, e.g. ``s3://bucket/train``: image folders, Parquet files, WebDataset
+            tar shards, ``.npy`` files, or raw files.
         config: A :class:`TierloadConfig`, a mapping, a YAML path, or None (embedded defaults).
         shuffle: True (sample-level shuffle, or block-aware for multi-sample blocks), False,
             or one of ``"sample"``, ``"block"``, ``"none"``.
         seed: Shuffle seed; must be the same on every rank.
-        transform: Callable applied to each sample (not the label).
+        transform: Callable applied to each sample (not the label), on the output device.
         batch_size: The DataLoader's batch size. With ``num_workers > 1`` it lets workers take
             whole batches in turn, so the loader yields the rank's exact order and
             ``len(loader)`` is exact; without it each worker ends with its own partial batch.
         drop_last: With several ranks and a sample count that does not divide: False pads by
-            repeating the first samples (like ``DistributedSampler``), True drops the remainder.
+            repeating the first samples of the epoch's order (like ``DistributedSampler``),
+            True drops the remainder. Either way every rank yields the same number of samples.
         rank, world_size: Override ``torch.distributed`` (default: its rank/world size, else 0/1).
-        layout: ``"imagefolder"``, ``"parquet"``, ``"files"`` or None (``manifest.layout``).
+        layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, or None
+            (``manifest.layout``, ``auto`` by default).
         columns: Parquet columns to read (None: all).
         window_blocks: Blocks per shuffle window in block-aware shuffle.
         refresh_manifest: List the cold prefix again even if a cached manifest exists, and
@@ -60,13 +83,18 @@ class TieredDataset(IterableDataset):
         endpoint_url: S3 endpoint (wins over config and environment).
         storage_options: fsspec/s3fs options for the cold tier (merged into ``cold.storage_options``).
         address: Ray address to join (wins over config and ``RAY_ADDRESS``).
+        device: Where tensors are returned, e.g. ``"cuda"`` (see :mod:`tierload.gpu`: kvikio/GDS
+            when available, else pinned memory and an async copy). Applies when the dataset is
+            iterated in the main process; DataLoader workers return host tensors.
         lazy: Do not start now; call :meth:`start` yourself before iterating. By default the
             constructor starts (lists, connects to Ray, starts the node cache), because PyTorch
             forks DataLoader workers without any hook in the parent process.
 
     Yields:
         ``(sample, label)``: images as uint8 tensors (C, H, W); Parquet rows as dicts of
-        tensors/values; raw files as ``bytes``. ``label`` is an int (-1 when unknown).
+        tensors/values; WebDataset samples as dicts of decoded fields (``__key__`` included);
+        ``.npy`` rows as tensors; raw files as ``bytes``. ``label`` is an int (-1 when unknown).
+        :func:`tierload.collate` batches all of them.
 
     Raises:
         ConfigError: A bad argument or config value (named in the message).
@@ -80,7 +108,7 @@ class TieredDataset(IterableDataset):
                  world_size: int | None = None, layout: str | None = None, columns: list[str] | None = None,
                  window_blocks: int = 8, refresh_manifest: bool = False, endpoint_url: str | None = None,
                  storage_options: Mapping[str, Any] | None = None, address: str | None = None,
-                 lazy: bool = False) -> None:
+                 device: str | torch.device | None = None, lazy: bool = False) -> None:
         super().__init__()
         if not isinstance(url, str) or "://" not in url:
             raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train")
@@ -100,6 +128,10 @@ class TieredDataset(IterableDataset):
             self.seed = int(seed)
         except (TypeError, ValueError):
             raise ConfigError(f"seed={seed!r} is not an integer") from None
+        try:
+            self._output = DeviceOutput(torch.device(device) if device is not None else None)
+        except (RuntimeError, TypeError) as exc:
+            raise ConfigError(f"device={device!r} is not a torch device: {exc}") from None
         overrides: dict[str, Any] = {}
         if endpoint_url:
             overrides.setdefault("cold", {})["endpoint_url"] = endpoint_url
@@ -119,10 +151,13 @@ class TieredDataset(IterableDataset):
         self.refresh_manifest = refresh_manifest
         self._explicit_rank = (rank, world_size) if world_size is not None else None
         self._captured_rank = (0, 1)
-        self._epoch = 0
+        self._resume = ResumeTracker()
+        # What this process's readers did: direct hot reads, misses, reconnects to a restarted
+        # node cache, blocks read without it, streams reopened.
+        self.consumer_stats: Counter = Counter()
         self._manifest: Manifest | None = None
         self._endpoint: dict[str, Any] | None = None
-        self._client: ChannelClient | None = None
+        self._link: NodeLink | None = None
         self._decoder = None
         self._storage_options = (s3_storage_options(self.config.cold) if self.url.startswith(("s3://", "s3a://"))
                                  else dict(self.config.cold.storage_options))
@@ -144,11 +179,11 @@ class TieredDataset(IterableDataset):
         previous = self._cached_keys(source) if self.refresh_manifest else set()
         self._manifest = load_manifest(source, self.config.manifest, self.layout, refresh=self.refresh_manifest)
         self._endpoint = node_endpoint(self.config)
-        self._client = ChannelClient(self._endpoint["address"], self._endpoint["authkey"])
+        self._link = NodeLink(self._endpoint)
         self._register()
         stale = previous - {block.key for block in self._manifest.blocks}
         if stale:
-            dropped = self._client.call("invalidate", sorted(stale))
+            dropped = self._link.call("invalidate", sorted(stale))
             log.info("manifest refresh: %d blocks changed at the source; dropped %d cached copies", len(stale),
                      dropped)
         self._captured_rank = self._rank_world()
@@ -161,14 +196,15 @@ class TieredDataset(IterableDataset):
         except (OSError, ValueError, KeyError):
             return set()
 
-    def _register(self) -> None:
+    def _register(self, link: NodeLink | None = None) -> None:
+        client = link or self._link
         manifest = self._manifest
-        if self._client.call("has_dataset", manifest.dataset_id):
+        if client.call("has_dataset", manifest.dataset_id):
             return
         blocks = manifest.blocks
-        self._client.call("register_dataset", manifest.dataset_id, self.url, self._storage_options,
-                          [b.key for b in blocks], [b.url for b in blocks], [b.version for b in blocks],
-                          [b.offset for b in blocks], [b.length for b in blocks])
+        client.call("register_dataset", manifest.dataset_id, self.url, self._storage_options,
+                    [b.key for b in blocks], [b.url for b in blocks], [b.version for b in blocks],
+                    [b.offset for b in blocks], [b.length for b in blocks])
 
     def __getstate__(self):
         if self._endpoint is not None and get_worker_info() is None:
@@ -190,14 +226,20 @@ class TieredDataset(IterableDataset):
         return self.manifest.classes
 
     @property
+    def device(self) -> torch.device | None:
+        """The requested output device (None: samples stay on the host)."""
+        return self._output.device
+
+    @property
     def epoch(self) -> int:
-        return self._epoch
+        """The epoch the next iteration yields (shared with this dataset's DataLoader workers)."""
+        return self._resume.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration yields (same on every rank)."""
         if int(epoch) < 0:
             raise ConfigError(f"epoch={epoch!r}; it must be >= 0")
-        self._epoch = int(epoch)
+        self._resume.set_epoch(int(epoch))
 
     def _rank_world(self) -> tuple[int, int]:
         if self._explicit_rank is not None:
@@ -207,12 +249,14 @@ class TieredDataset(IterableDataset):
         return self._captured_rank
 
     def _shuffle_mode(self) -> str:
-        if self.shuffle != "auto":
-            return self.shuffle
-        return "sample" if self.manifest.num_samples == len(self.manifest.blocks) else "block"
+        return resolve_shuffle(self.shuffle, self.manifest.num_samples, len(self.manifest.blocks))
 
     def __len__(self) -> int:
-        """Samples this rank yields per epoch (all workers together)."""
+        """Samples this rank yields per epoch (all workers together; the same on every rank).
+
+        A resumed epoch yields only the rest, but its length stays the whole epoch's (as
+        torchdata's ``StatefulDataLoader`` counts steps from the epoch's start).
+        """
         rank, world = self._rank_world()
         return samples_per_rank(self.manifest.num_samples, world, self.drop_last)
 
@@ -220,13 +264,12 @@ class TieredDataset(IterableDataset):
     def rank_order(self, epoch: int | None = None) -> np.ndarray:
         """int64 sample indices this rank yields in ``epoch`` (default: the current one), in order."""
         rank, world = self._rank_world()
-        order = epoch_order(self.manifest.sample_block, seed=self.seed, epoch=self._epoch if epoch is None else epoch,
+        order = epoch_order(self.manifest.sample_block, seed=self.seed, epoch=self.epoch if epoch is None else epoch,
                             shuffle=self._shuffle_mode(), window_blocks=self.window_blocks)
         return rank_slice(order, rank=rank, world_size=world, drop_last=self.drop_last)
 
     def _reuse_gap(self) -> int:
-        per_block = np.bincount(self.manifest.sample_block)
-        return 1 if per_block.max(initial=1) <= 1 else int(self.window_blocks * per_block.max())
+        return reuse_gap(self.manifest.sample_block, self.window_blocks)
 
     def __iter__(self) -> Iterator[tuple[Any, int]]:
         if self._endpoint is None:
@@ -236,72 +279,176 @@ class TieredDataset(IterableDataset):
             self.start()
         return self._iterate()
 
+    def _plan(self, epoch: int, rest: np.ndarray, start: int, rank: int, world: int) -> dict[str, Any]:
+        """The block sequence the node cache prefetches for this rank's iteration (plus a look-ahead
+        into the next epoch, which only informs eviction)."""
+        manifest = self._manifest
+        lookahead = manifest.sample_block[self.rank_order(epoch + 1)]
+        return {"dataset_id": manifest.dataset_id, "epoch": epoch, "consume_len": len(rest),
+                "seq": np.concatenate([manifest.sample_block[rest], lookahead]).astype(np.int32),
+                "reuse_gap": self._reuse_gap(), "start": start,
+                "lineage": f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}"}
+
+    def _open_stream(self, link: NodeLink, stream_id: str, worker: int, workers: int,
+                     plan: Callable[[], dict[str, Any]]) -> None:
+        """Join this iteration's stream on the node cache, creating it (and registering the
+        dataset, after a cache restart) when needed."""
+        if link.call("open_stream", stream_id, worker, workers, wait_s=30.0):
+            return
+        try:
+            link.call("open_stream", stream_id, worker, workers, plan())
+        except StreamNotOpenError:
+            raise
+        except ServiceError:
+            self._register(link)  # the node cache restarted and forgot the dataset
+            link.call("open_stream", stream_id, worker, workers, plan())
+
+    def _direct_source(self) -> DirectSource:
+        return DirectSource(self.config, self.url, self._storage_options,
+                            {block.key: block for block in self._manifest.blocks})
+
     def _iterate(self) -> Iterator[tuple[Any, int]]:
         manifest = self._manifest
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        # Workers of one DataLoader iteration share base_seed = seed - id; a fresh iteration gets a new one.
-        nonce = (info.seed - info.id) if info is not None else random.getrandbits(48)
+        epoch = self.epoch
+        key, point = self._resume.begin(info, epoch)
+        rank, world = self._rank_world()
+        mine = self.rank_order(epoch)
+        start = point.start if point is not None else 0
+        rest = mine[start:]
+        chunk = self.batch_size or 1
+        positions = worker_positions(len(rest), worker_id=worker, num_workers=workers, chunk=chunk)
+        skip = point.skip if point is not None else 0
+        progress = self._resume.track(Progress(os.getpid(), epoch, start, positions, chunk, worker, workers,
+                                               info is not None, skip))
+        if worker == 0 and self.batch_size and len(mine) < self.batch_size:
+            log.warning("rank %d yields %d samples per epoch, fewer than batch_size=%d: a DataLoader with "
+                        "drop_last=True yields no batch at all", rank, len(mine), self.batch_size)
         if info is not None and workers > 1 and self.batch_size is None:
             log.warning("TieredDataset without batch_size under %d DataLoader workers: each worker ends the epoch "
                         "with its own partial batch; pass batch_size= for exact batches and len(loader)", workers)
-        rank, world = self._rank_world()
-        mine = self.rank_order()
-        positions = worker_positions(len(mine), worker_id=worker, num_workers=workers, chunk=self.batch_size or 1)
-        stream_id = f"{manifest.dataset_id}/s{self.seed}/e{self._epoch}/r{rank}of{world}/{nonce:x}"
-        client = self._client
-        if not client.call("open_stream", stream_id, worker, workers):
-            lookahead = manifest.sample_block[self.rank_order(self._epoch + 1)]
-            plan = {"dataset_id": manifest.dataset_id, "epoch": self._epoch, "consume_len": len(mine),
-                    "seq": np.concatenate([manifest.sample_block[mine], lookahead]).astype(np.int32),
-                    "reuse_gap": self._reuse_gap(),
-                    "lineage": f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}"}
-            try:
-                client.call("open_stream", stream_id, worker, workers, plan)
-            except ServiceError:
-                self._register()  # the node cache restarted and forgot the dataset
-                client.call("open_stream", stream_id, worker, workers, plan)
+        if point is not None and worker == 0:
+            log.info("resuming epoch %d of rank %d at sample %d of %d", epoch, rank,
+                     start + (point.lower_bound if point.worker else 0), len(mine))
+        stream_id = f"{manifest.dataset_id}/s{self.seed}/e{epoch}/r{rank}of{world}/{key:x}"
+        plan = lambda: self._plan(epoch, rest, point.lower_bound if point is not None else 0, rank, world)  # noqa: E731
+        self._open_stream(self._link, stream_id, worker, workers, plan)
         if self._decoder is None:
             self._decoder = manifest.decoder(self.config.manifest.label_column, self.columns)
-        reader = BlockReader(client, self._endpoint["hot_dirs"])
+        device, kvikio = self._output.prepare(info is not None, manifest.layout in _DIRECT_LAYOUTS)
+        reader = BlockReader(self._link, direct=self._direct_source,
+                             reopen=lambda link: self._open_stream(link, stream_id, worker, workers, plan))
         decoded: OrderedDict[int, Any] = OrderedDict()
         keep_decoded = 1 if self._reuse_gap() == 1 else self.window_blocks + 2
         report_every = max(1, min(32, self.config.prefetch.depth_blocks // 4))
         blocks, sample_block, sample_index = manifest.blocks, manifest.sample_block, manifest.sample_index
         try:
-            for count, position in enumerate(positions.tolist(), start=1):
-                sample_id = int(mine[position])
+            for index in range(skip, len(positions)):
+                position = int(positions[index])
+                sample_id = int(rest[position])
                 block_id = int(sample_block[sample_id])
                 samples = decoded.get(block_id)
                 if samples is None:
-                    raw = reader.read(stream_id, worker, position, blocks[block_id].key)
+                    block_key = blocks[block_id].key
+                    raw = self._output.read_direct(reader.hot_path(block_key), block_key) if kvikio else None
+                    if raw is None:
+                        raw = reader.read(stream_id, worker, position, block_key)
                     samples = self._decoder.decode(block_id, raw)
                     decoded[block_id] = samples
                     if len(decoded) > keep_decoded:
                         decoded.popitem(last=False)
                 sample, label = samples[int(sample_index[sample_id])]
+                if device is not None:
+                    from tierload.gpu import to_device
+
+                    sample = to_device(sample, device)
                 if self.transform is not None:
                     sample = self.transform(sample)
+                progress.yielded = index + 1
                 yield sample, label
-                if count % report_every == 0:
-                    client.notify("progress", stream_id, worker, position + 1)
+                if (index + 1 - skip) % report_every == 0:
+                    self._link.notify("progress", stream_id, worker, position + 1)
         finally:
-            try:
-                client.notify("close_consumer", stream_id, worker)
-            except ServiceError:
-                pass
+            self._link.notify("close_consumer", stream_id, worker)
+            self.consumer_stats.update(reader.stats)
+
+    # ------------------------------------------------------------------ device
+    @property
+    def device_path(self) -> str:
+        """How samples reach ``device``: ``kvikio-gds``, ``kvikio-compat``, ``pinned-copy`` or ``cpu``.
+
+        Before the first iteration this is the path that iteration will take.
+        """
+        return self._output.path
+
+    # ------------------------------------------------------------------- state
+    def _state_base(self) -> dict[str, Any]:
+        rank, world = self._rank_world()
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "dataset_id": self.manifest.dataset_id,
+                "num_samples": len(self), "seed": self.seed, "shuffle": self._shuffle_mode(),
+                "window_blocks": self.window_blocks, "rank": rank, "world_size": world,
+                "drop_last": self.drop_last, "batch_size": self.batch_size}
+
+    def state_dict(self, batches_consumed: int | None = None) -> dict[str, Any]:
+        """Where this rank is in the current epoch: resume from it with :meth:`load_state_dict`.
+
+        Called in the main process after iterating the dataset there (``num_workers=0``), it
+        is exact. Called inside a DataLoader worker (torchdata's ``StatefulDataLoader`` does,
+        after every batch), it is that worker's state. With a plain ``DataLoader`` and
+        workers, the main process cannot see which prefetched batches the loop consumed: pass
+        ``batches_consumed`` (batches the loop took this epoch, counting from the resume point
+        if the epoch was resumed), or use ``StatefulDataLoader``.
+
+        Args:
+            batches_consumed: Batches of ``batch_size`` samples the training loop consumed.
+
+        Returns:
+            A plain dict (see :mod:`tierload.state`); the epoch and seed are part of it.
+
+        Raises:
+            ConfigError: ``batches_consumed`` without ``batch_size``, or the position is unknowable
+                (a plain DataLoader's workers iterated this epoch and no ``batches_consumed`` was given).
+        """
+        return self._resume.state_dict(self._state_base(), get_worker_info(), self.batch_size, batches_consumed)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state``: the next iteration yields exactly the samples not yet consumed.
+
+        Accepts a state from :meth:`state_dict` or a whole torchdata
+        ``StatefulDataLoader.state_dict()`` (its worker states are merged, so the new loader
+        may have any ``num_workers``). Sets the epoch and seed from the state. Call it before
+        the DataLoader starts its workers; the point is used by one iteration only.
+
+        Raises:
+            ConfigError: The state does not belong to this dataset (different contents, rank,
+                world size, shuffle or drop_last), or is a single worker's state loaded outside
+                that worker.
+        """
+        if is_loader_state(state):
+            state = from_loader_state(state, self.batch_size)
+        rank, world = self._rank_world()
+        expected = {"dataset_id": self.manifest.dataset_id, "num_samples": len(self), "rank": rank,
+                    "world_size": world, "shuffle": self._shuffle_mode(), "window_blocks": self.window_blocks,
+                    "drop_last": self.drop_last}
+        check_state(state, expected)
+        self._resume.load_state_dict(state, get_worker_info(), self.batch_size)
+        self.seed = int(state["seed"])
 
     # ------------------------------------------------------------------- stats
     def cache_stats(self) -> dict[str, Any]:
-        """The node cache's counters, levels and streams (see :meth:`NodeCache.stats`)."""
+        """The node cache's counters, levels and streams (see :meth:`NodeCache.stats`), plus
+        ``device_path``: how samples reach the output device (see :mod:`tierload.gpu`)."""
         self.start()
-        return self._client.call("stats")
+        stats = self._link.call("stats", wait_s=30.0)
+        stats["device_path"] = self.device_path
+        return stats
 
     def epoch_stats(self, epoch: int) -> dict[str, float]:
         """Summed counters of this node's streams of ``epoch`` for this dataset."""
         self.start()
         totals: dict[str, float] = {}
-        for row in self._client.call("stream_stats", self.manifest.dataset_id):
+        for row in self._link.call("stream_stats", self.manifest.dataset_id, wait_s=30.0):
             if row["epoch"] != epoch:
                 continue
             for name, value in row.items():

@@ -28,7 +28,7 @@ from tierload.stores.cold import ColdSource, ObjectInfo
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
-LAYOUTS = ("imagefolder", "parquet", "files")
+LAYOUTS = ("imagefolder", "parquet", "files", "webdataset", "npy")
 
 
 def _encode_array(array: np.ndarray) -> dict[str, str]:
@@ -45,7 +45,7 @@ class Manifest:
 
     Attributes:
         url: The dataset prefix URL in the cold tier.
-        layout: ``"imagefolder"``, ``"parquet"`` or ``"files"``.
+        layout: One of :data:`LAYOUTS`.
         blocks: Every block (see :class:`tierload.blocks.Block`).
         sample_block: int32 (num_samples,): block index of each sample.
         sample_index: int32 (num_samples,): position of each sample inside its block.
@@ -95,6 +95,14 @@ class Manifest:
             return ImageDecoder(self.labels)
         if self.layout == "files":
             return RawDecoder(self.labels)
+        if self.layout == "webdataset":
+            from tierload.layouts.webdataset import WebDatasetDecoder
+
+            return WebDatasetDecoder()
+        if self.layout == "npy":
+            from tierload.layouts.npy import NpyDecoder
+
+            return NpyDecoder(self.extra)
         from tierload.layouts.parquet import ParquetDecoder
 
         return ParquetDecoder(self.extra, [b.offset for b in self.blocks], label_column, columns)
@@ -127,8 +135,9 @@ class Manifest:
 def detect_layout(objects: list[ObjectInfo], config: ManifestConfig) -> str:
     """Pick the layout from what the listing holds (``manifest.layout: auto``)."""
     names = [obj.url.lower() for obj in objects if obj.size > 0]
-    if names and all(name.endswith(".parquet") for name in names):
-        return "parquet"
+    for suffix, layout in ((".parquet", "parquet"), (".tar", "webdataset"), (".npy", "npy")):
+        if names and all(name.endswith(suffix) for name in names):
+            return layout
     if any(name.endswith(tuple(config.extensions)) for name in names):
         return "imagefolder"
     return "files"
@@ -140,14 +149,16 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
     Args:
         source: The cold tier under the dataset prefix.
         config: Manifest settings.
-        layout: Overrides ``config.layout``; one of ``imagefolder``, ``parquet``, ``files``, ``auto``.
+        layout: Overrides ``config.layout``; one of :data:`LAYOUTS` or ``auto``.
 
     Raises:
         ManifestError: Unknown layout or nothing to read.
         BackendError: The listing failed (unreachable endpoint, missing bucket ...).
     """
+    from tierload.layouts.npy import plan_npy
     from tierload.layouts.objects import plan_objects
     from tierload.layouts.parquet import plan_parquet
+    from tierload.layouts.webdataset import plan_webdataset
 
     objects = source.list_objects(exclude=tuple(config.exclude))
     if not objects:
@@ -161,7 +172,11 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
     elif chosen == "files":
         plan = plan_objects(source.url, objects, extensions=None, skip_empty=False)
     elif chosen == "parquet":
-        plan = plan_parquet(source, objects)
+        plan = plan_parquet(source, objects, block_bytes=config.block_bytes)
+    elif chosen == "webdataset":
+        plan = plan_webdataset(source, objects, block_bytes=config.block_bytes)
+    elif chosen == "npy":
+        plan = plan_npy(source, objects, block_bytes=config.block_bytes)
     else:
         raise ManifestError(f"unknown layout {chosen!r}; choose one of auto, {', '.join(LAYOUTS)}")
     log.info("manifest of %s: %d objects -> %d blocks, %d samples (%s)", source.url, len(objects),
@@ -172,9 +187,10 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
 
 
 def cache_path(source: ColdSource, config: ManifestConfig, layout: str | None) -> Path:
-    """Where the cached manifest of this (URL, layout, endpoint) lives."""
+    """Where the cached manifest of this (URL, layout, endpoint, block size) lives."""
     endpoint = str(source.storage_options.get("client_kwargs", {}).get("endpoint_url", ""))
-    ident = xxhash.xxh3_64_hexdigest(f"{source.url}\x00{layout or config.layout}\x00{endpoint}".encode())
+    ident = xxhash.xxh3_64_hexdigest(
+        f"{source.url}\x00{layout or config.layout}\x00{endpoint}\x00{config.block_bytes}".encode())
     return Path(os.path.expanduser(config.cache_dir)) / f"{ident}.json"
 
 

@@ -103,3 +103,22 @@ def worker_positions(count: int, *, worker_id: int, num_workers: int, chunk: int
         return np.zeros(0, dtype=np.int64)
     positions = (starts[:, None] + np.arange(chunk, dtype=np.int64)[None, :]).ravel()
     return positions[positions < count]
+
+
+def resolve_shuffle(shuffle: str, num_samples: int, num_blocks: int) -> str:
+    """``"auto"`` resolved: per sample when every block holds one sample, else block-aware."""
+    if shuffle != "auto":
+        return shuffle
+    return "sample" if num_samples == num_blocks else "block"
+
+
+def reuse_gap(sample_block: np.ndarray, window_blocks: int) -> int:
+    """How far apart (in positions) two reads of one block may be and still be one block access.
+
+    With one sample per block, only consecutive reads share an access; with several, a block's
+    samples are spread over its shuffle window of ``window_blocks`` blocks (see
+    :func:`tierload.cache.stream.plan_runs`).
+    """
+    most = int(np.bincount(sample_block).max(initial=1)) if len(sample_block) else 1
+    return 1 if most <= 1 else int(window_blocks * most)
+

@@ -102,10 +102,15 @@ class ImageDecoder:
 
 
 class RawDecoder:
-    """Yields each object's bytes unchanged (``bytes``; empty for a zero-byte object)."""
+    """Yields each object's bytes unchanged (``bytes``; empty for a zero-byte object).
+
+    Given a uint8 tensor instead (the kvikio path reads blocks into GPU memory), yields it as is.
+    """
 
     def __init__(self, labels: np.ndarray) -> None:
         self.labels = labels
 
-    def decode(self, block_index: int, data: bytes) -> Sequence[tuple[Any, int]]:
+    def decode(self, block_index: int, data: bytes | torch.Tensor) -> Sequence[tuple[Any, int]]:
+        if isinstance(data, torch.Tensor):
+            return [(data, int(self.labels[block_index]))]
         return [(bytes(data), int(self.labels[block_index]))]

@@ -2,11 +2,17 @@
 
 The manifest keeps each file's footer (read once with one or two ranged GETs); a block is
 the byte range of one row group's column chunks, which decodes on its own given the footer.
+A Parquet file larger than ``manifest.block_bytes`` is therefore cached as one byte-range
+block per row group, never as one huge block. A single row group is the smallest unit that
+decodes on its own; one larger than ``block_bytes`` stays one block, and the manifest warns
+(write such files with smaller row groups, e.g. ``pyarrow.parquet.write_table(...,
+row_group_size=...)``).
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
@@ -23,6 +29,7 @@ from tierload.layouts.sparse import SparseFile
 from tierload.stores.cold import ColdSource, ObjectInfo
 
 _TAIL_GUESS = 64 * 1024
+log = logging.getLogger(__name__)
 
 
 def read_footer(source: ColdSource, obj: ObjectInfo) -> bytes:
@@ -63,8 +70,13 @@ def row_group_range(row_group: pq.RowGroupMetaData) -> tuple[int, int]:
     return min(starts), max(ends)
 
 
-def plan_parquet(source: ColdSource, objects: list[ObjectInfo]) -> LayoutPlan:
+def plan_parquet(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: int | None = None) -> LayoutPlan:
     """Blocks = row groups of every ``.parquet`` object; samples = rows.
+
+    Args:
+        source: The cold tier under the dataset prefix.
+        objects: The listing.
+        block_bytes: Row groups larger than this are reported (they cannot be split).
 
     Raises:
         ManifestError: No Parquet file holds a row.
@@ -76,6 +88,7 @@ def plan_parquet(source: ColdSource, objects: list[ObjectInfo]) -> LayoutPlan:
     blocks: list[Block] = []
     rows: list[int] = []
     row_groups: list[list[int]] = []
+    oversized = 0
     for file_index, (obj, footer) in enumerate(zip(files, footers)):
         metadata = metadata_from_footer(footer)
         if metadata.num_rows == 0:
@@ -85,9 +98,14 @@ def plan_parquet(source: ColdSource, objects: list[ObjectInfo]) -> LayoutPlan:
             if group.num_rows == 0:
                 continue
             start, end = row_group_range(group)
+            oversized += bool(block_bytes and end - start > block_bytes)
             blocks.append(Block.of(obj.url, obj.version, start, end - start))
             rows.append(group.num_rows)
             row_groups.append([file_index, rg])
+    if oversized:
+        log.warning("%d Parquet row groups under %s are larger than manifest.block_bytes=%d; each stays one "
+                    "block (a row group is the smallest part that decodes alone): write smaller row groups",
+                    oversized, source.url, block_bytes)
     if not blocks:
         raise ManifestError(f"no Parquet rows under the prefix ({len(files)} .parquet files)", tier="cold",
                             url=source.url)
