@@ -1,0 +1,74 @@
+"""Contender: tierload's ``TieredDataset`` with its default policy.
+
+``tierload``: hot tier = the hot capacity, warm tier disabled. ``tierload-warm``: the same with
+a warm tier (a local directory) larger than the dataset. Each run starts its own local Ray and
+node cache, with tier directories in the run's scratch directory, so it starts cold.
+Besides the loop's measures it reports tierload's own counters per epoch (hot/warm hit ratio,
+cold bytes and GETs) and Belady's MIN hit ratio on the same block trace at the same capacity.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from torch.utils.data import DataLoader
+
+from tierload.bench.belady import min_hit_ratios
+from tierload.bench.contenders import Context
+from tierload.bench.loop import run_epochs
+
+
+def tierload_config(ctx: Context, warm: bool):
+    from tierload.config import load_config
+
+    work = ctx.workdir
+    return load_config({
+        "hot": {"dir": os.path.join(work, "hot"), "capacity_bytes": ctx.hot_bytes},
+        "warm": {"url": os.path.join(work, "warm") if warm else None,
+                 "capacity_bytes": int(ctx.dataset.total_bytes * 1.25) + 2**20},
+        "manifest": {"cache_dir": os.path.join(work, "manifests")},
+        "ray": {"num_cpus": os.cpu_count() or 1},
+    })
+
+
+def run(ctx: Context) -> dict:
+    import numpy as np
+    import ray
+
+    from tierload.cache.runtime import stop_actors
+    from tierload.cache.stats import hit_ratios
+    from tierload.dataset import TieredDataset
+
+    started = time.perf_counter()
+    workload = ctx.workload
+    config = tierload_config(ctx, warm=ctx.name.endswith("-warm"))
+    try:
+        dataset = TieredDataset(ctx.dataset.url, config=config, storage_options=ctx.s3fs_options,
+                                batch_size=workload.batch_size, seed=workload.seed)
+        setup_s = time.perf_counter() - started
+
+        def for_epoch(epoch: int) -> DataLoader:
+            dataset.set_epoch(epoch)
+            return DataLoader(dataset, batch_size=workload.batch_size, num_workers=workload.num_workers)
+
+        def extra(epoch: int) -> dict:
+            stats = dataset.epoch_stats(epoch)
+            ratios = hit_ratios(stats)
+            return {"hot_hit_ratio": ratios["hot"], "warm_hit_ratio": ratios["warm"],
+                    "tierload_cold_bytes": int(stats.get("cold_bytes", 0)),
+                    "tierload_cold_gets": int(stats.get("cold_gets", 0))}
+
+        epochs = run_epochs(workload, ctx.dataset, ctx.endpoint_url, for_epoch, extra)
+        manifest = dataset.manifest
+        trace = [manifest.sample_block[dataset.rank_order(epoch)] for epoch in range(workload.epochs)]
+        sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)
+        for row, ratio in zip(epochs, min_hit_ratios(trace, sizes, config.hot.capacity_bytes)):
+            row["min_hit_ratio"] = ratio
+        return {"setup_s": setup_s, "epochs": epochs,
+                "notes": f"hot {config.hot.capacity_bytes / 1e6:.0f} MB, warm "
+                         + (f"{config.warm.capacity_bytes / 1e6:.0f} MB" if config.warm.url else "disabled")}
+    finally:
+        if ray.is_initialized():
+            stop_actors(config)
+            ray.shutdown()

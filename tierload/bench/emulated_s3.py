@@ -1,0 +1,270 @@
+"""An emulated remote S3: a reverse proxy with first-byte latency and bandwidth caps.
+
+The proxy (aiohttp, in its own process so it never shares a GIL with a contender) sits on
+127.0.0.1 in front of a local S3 server (moto's, see :class:`tierload.s3local.LocalS3`) and
+shapes every response:
+
+* **first-byte latency**: a request's response headers leave no earlier than
+  ``latency_ms`` after the request arrived (``asyncio.sleep``, no CPU is burnt; if the
+  server itself is slower, its own time stands);
+* **per-connection bandwidth**: each response body is paced to ``connection_mb_s``
+  (HTTP/1.1 serves one request at a time per connection, so this caps each connection);
+* **total bandwidth**: all response bodies together share ``total_mb_s`` (a FIFO token
+  timeline, 64 KiB chunks, a 10 ms burst allowance).
+
+Uploads (PUT bodies) pass unshaped: the benchmark times reads. The proxy counts what it
+serves, so every contender's S3 traffic is measured the same way: object GETs and their
+body bytes, LISTs, HEADs, PUTs. ``GET /__bench__/counters`` returns them as JSON.
+
+How this maps to real S3 (documented in benchmarks/README.md): S3's time to first byte is
+~10-50 ms for small objects from EC2 in the same region; one connection streams ~50-100 MB/s;
+an instance's link (10-100 Gbit/s) is filled only with many connections. The defaults keep
+those ratios at a scale one 2-core machine can serve: latency as measured on S3, and a total
+cap below what moto can serve here, with a per-connection cap a quarter of it, so that a
+loader needs at least 4 concurrent requests (and, with the latency, several more) to fill
+the link.
+
+Run as a program: ``python -m tierload.bench.emulated_s3 --upstream URL [...]`` prints the
+port it listens on, then serves until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+CHUNK_BYTES = 64 * 1024
+BURST_S = 0.010
+CONTROL_PREFIX = "/__bench__/"
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+               "transfer-encoding", "upgrade", "host", "expect", "content-length"}
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """The emulated link.
+
+    Attributes:
+        latency_ms: First-byte latency of every request, in milliseconds.
+        connection_mb_s: Bandwidth of one connection in MB/s (10^6 bytes/s); 0 = unlimited.
+        total_mb_s: Bandwidth of all connections together in MB/s; 0 = unlimited.
+    """
+
+    latency_ms: float = 20.0
+    connection_mb_s: float = 4.0
+    total_mb_s: float = 16.0
+
+    def __post_init__(self) -> None:
+        if self.latency_ms < 0 or self.connection_mb_s < 0 or self.total_mb_s < 0:
+            raise ValueError(f"link settings must be >= 0, got {self}")
+
+    @property
+    def cap_bytes_s(self) -> float:
+        """The tightest total bandwidth in bytes/s (inf when unlimited)."""
+        return self.total_mb_s * 1e6 if self.total_mb_s else float("inf")
+
+    def describe(self) -> str:
+        def mb(value: float) -> str:
+            return f"{value:g} MB/s" if value else "unlimited"
+        return (f"first-byte latency {self.latency_ms:g} ms, {mb(self.connection_mb_s)} per connection, "
+                f"{mb(self.total_mb_s)} in total")
+
+
+class _Pacer:
+    """A FIFO token timeline: ``take(n)`` returns once ``n`` bytes fit under ``rate``."""
+
+    def __init__(self, bytes_per_s: float) -> None:
+        self.rate = bytes_per_s
+        self.next_free = 0.0
+
+    async def take(self, count: int) -> None:
+        if not self.rate:
+            return
+        now = time.monotonic()
+        self.next_free = max(now, self.next_free) + count / self.rate
+        delay = self.next_free - now - BURST_S
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+def _is_object_path(path: str) -> bool:
+    parts = path.lstrip("/").split("/", 1)
+    return len(parts) == 2 and parts[1] != ""
+
+
+def _make_app(upstream: str, link: LinkSettings):
+    import aiohttp
+    from aiohttp import web
+
+    counters: Counter = Counter()
+    total = _Pacer(link.total_mb_s * 1e6)
+    state: dict = {}
+
+    async def on_startup(app) -> None:
+        state["session"] = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=256), auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=120))
+
+    async def on_cleanup(app) -> None:
+        await state["session"].close()
+
+    async def control(request):
+        if request.path.endswith("/reset"):
+            counters.clear()
+        return web.json_response({"counters": dict(counters), "link": asdict(link), "time": time.time()})
+
+    async def proxy(request):
+        if request.path.startswith(CONTROL_PREFIX):
+            return await control(request)
+        arrived = time.monotonic()
+        body = await request.read() if request.can_read_body else None
+        method = request.method
+        is_get = method == "GET" and _is_object_path(request.path)
+        kind = ("get" if is_get else "list" if method == "GET" else method.lower())
+        counters[f"{kind}_requests"] += 1
+        if body:
+            counters[f"{kind}_upload_bytes"] += len(body)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        async with state["session"].request(method, upstream + request.path_qs, headers=headers, data=body,
+                                            allow_redirects=False) as upstream_response:
+            wait = link.latency_ms / 1000.0 - (time.monotonic() - arrived)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            out_headers = {k: v for k, v in upstream_response.headers.items()
+                           if k.lower() not in _HOP_BY_HOP - {"content-length"}}
+            response = web.StreamResponse(status=upstream_response.status, headers=out_headers)
+            if upstream_response.status >= 400:
+                counters[f"{kind}_errors"] += 1
+            await response.prepare(request)
+            connection = _Pacer(link.connection_mb_s * 1e6)
+            async for chunk in upstream_response.content.iter_chunked(CHUNK_BYTES):
+                await connection.take(len(chunk))
+                await total.take(len(chunk))
+                await response.write(chunk)
+                counters[f"{kind}_bytes"] += len(chunk)
+            await response.write_eof()
+            return response
+
+    app = web.Application(client_max_size=2**31)
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    app.router.add_route("*", "/{tail:.*}", proxy)
+    return app
+
+
+async def _serve(upstream: str, link: LinkSettings, port: int) -> None:
+    from aiohttp import web
+
+    runner = web.AppRunner(_make_app(upstream.rstrip("/"), link), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]
+    print(bound, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(stop.set)), daemon=True).start()
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--upstream", required=True, help="URL of the S3 server to front")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency-ms", type=float, default=LinkSettings.latency_ms)
+    parser.add_argument("--connection-mb-s", type=float, default=LinkSettings.connection_mb_s)
+    parser.add_argument("--total-mb-s", type=float, default=LinkSettings.total_mb_s)
+    args = parser.parse_args(argv)
+    link = LinkSettings(args.latency_ms, args.connection_mb_s, args.total_mb_s)
+    asyncio.run(_serve(args.upstream, link, args.port))
+
+
+# --------------------------------------------------------------------------- the client side
+def read_counters(endpoint_url: str, reset: bool = False) -> dict[str, int]:
+    """The proxy's counters (``get_requests``, ``get_bytes``, ``list_requests``, ...)."""
+    path = "reset" if reset else "counters"
+    with urllib.request.urlopen(f"{endpoint_url}{CONTROL_PREFIX}{path}", timeout=30) as response:
+        return json.loads(response.read())["counters"]
+
+
+class EmulatedS3:
+    """The proxy process in front of ``upstream_url``; a context manager.
+
+    Args:
+        upstream_url: The real (local) S3 endpoint, e.g. ``LocalS3().endpoint_url``.
+        link: Latency and bandwidth to emulate.
+    """
+
+    def __init__(self, upstream_url: str, link: LinkSettings = LinkSettings()) -> None:
+        self.upstream_url = upstream_url
+        self.link = link
+        self.port = 0
+        self._proc: subprocess.Popen | None = None
+        self._stderr = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "EmulatedS3":
+        """Start the proxy process and wait for its port.
+
+        Raises:
+            RuntimeError: The proxy did not start (its stderr is in the message).
+        """
+        link = self.link
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tierload.bench.emulated_s3", "--upstream", self.upstream_url,
+             "--latency-ms", str(link.latency_ms), "--connection-mb-s", str(link.connection_mb_s),
+             "--total-mb-s", str(link.total_mb_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        line = self._proc.stdout.readline().strip()
+        if not line.isdigit():
+            self._proc.wait(timeout=10)
+            self._stderr.seek(0)
+            error = self._stderr.read()
+            self.stop()
+            raise RuntimeError(f"the emulated S3 proxy did not start: {error.strip()[-2000:]}")
+        self.port = int(line)
+        return self
+
+    def counters(self) -> dict[str, int]:
+        return read_counters(self.endpoint_url)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def __enter__(self) -> "EmulatedS3":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    main()
