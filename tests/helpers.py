@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import io
+import os
+from pathlib import Path
 
 import numpy as np
+
+from tierload.cache.endpoint import ENDPOINT_FILE
 
 
 def put_indexed_objects(fs, prefix: str, count: int, *, size: int = 0, classes: int = 1) -> list[bytes]:
@@ -29,3 +33,68 @@ def png_bytes(value: int, side: int = 8) -> bytes:
 def index_of(sample) -> int:
     """Index encoded by :func:`put_indexed_objects` in a raw-file sample."""
     return int(bytes(sample[:8]).decode())
+
+
+def tier_bytes(path: Path) -> int:
+    """Bytes of the block files (complete and temporary) under a tier directory.
+
+    Counted by inode, because a temporary file renamed into place during the walk would
+    otherwise be counted twice; the node cache's published endpoint is not a block.
+    """
+    sizes = {}
+    for root, _dirs, files in os.walk(path):
+        for file in files:
+            if file == ENDPOINT_FILE:
+                continue
+            try:
+                info = os.stat(os.path.join(root, file))
+            except FileNotFoundError:
+                continue
+            sizes[info.st_ino] = info.st_size
+    return sum(sizes.values())
+
+
+def _files(path: Path) -> frozenset:
+    found = set()
+    for root, _dirs, files in os.walk(path):
+        for file in files:
+            if file == ENDPOINT_FILE:
+                continue
+            try:
+                info = os.stat(os.path.join(root, file))
+            except FileNotFoundError:
+                continue
+            found.add((info.st_ino, info.st_size))
+    return frozenset(found)
+
+
+class TierUsage:
+    """Samples the bytes of block files in a tier directory, without ever over-counting.
+
+    On a tmpfs mounted for the test (``mounted=True``) the file system's own counters are read:
+    one atomic snapshot, counted in 4 KiB pages. Otherwise a directory walk is not atomic (a
+    file deleted after it was counted and one created later are both seen), so a sample
+    counts only when two walks in a row see exactly the same files.
+    """
+
+    PAGE = 4096
+
+    def __init__(self, path: Path, mounted: bool) -> None:
+        self.path = path
+        self.mounted = mounted
+        self.baseline = self._used() if mounted else 0
+
+    def _used(self) -> int:
+        stats = os.statvfs(self.path)
+        return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+
+    def blocks_now(self, block_bytes: int) -> int | None:
+        """How many blocks of ``block_bytes`` the tier holds now (None: no consistent sample)."""
+        if self.mounted:
+            pages_per_block = -(-block_bytes // self.PAGE)
+            endpoint_pages = 1 if (self.path / ENDPOINT_FILE).exists() else 0
+            return (self._used() - self.baseline) // self.PAGE // pages_per_block - endpoint_pages
+        first = _files(self.path)
+        if first != _files(self.path):
+            return None
+        return sum(size for _, size in first) // block_bytes

@@ -14,15 +14,14 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
+import rotating_credentials
 import torch
+from faulty_s3 import FaultyS3
+from helpers import index_of, put_indexed_objects, tier_bytes
 from torch.utils.data import DataLoader
 
-import rotating_credentials
-from faulty_s3 import FaultyS3
-from helpers import index_of, put_indexed_objects
 from tierload.errors import CredentialsExpiredError
 
 
@@ -93,19 +92,19 @@ def test_b07_the_endpoint_reaches_every_process(s3, bucket, tier_config, make_da
         dataset = make_dataset(f"s3://{name}/ds", tier_config(), storage_options=credentials, **kwargs)
     shipped = dataset._storage_options["client_kwargs"]
     assert shipped["endpoint_url"] == s3.endpoint_url and shipped["region_name"] == "eu-west-3"
-    spawn = multiprocessing.get_context("spawn")
-    assert sorted(indices(dataset, num_workers=2, batch_size=2, multiprocessing_context=spawn)) == list(range(8))
+    # Spawned workers start from a clean interpreter: nothing reaches them but the pickled dataset.
+    context = multiprocessing.get_context("spawn" if how == "env" else "fork")
+    assert sorted(indices(dataset, num_workers=2, batch_size=2, multiprocessing_context=context)) == list(range(8))
 
 
 def _single_reader(endpoint: dict, stream_id: str, plan: dict, key: str, delay_s: float) -> str:
-    from tierload.cache.channel import ChannelClient
-    from tierload.cache.consumer import BlockReader
+    from tierload.cache.consumer import BlockReader, NodeLink
 
     time.sleep(delay_s)
-    client = ChannelClient(endpoint["address"], endpoint["authkey"])
-    client.call("open_stream", stream_id, 0, 1, plan)
-    data = BlockReader(client, endpoint["hot_dirs"]).read(stream_id, 0, 0, key)
-    client.call("close_consumer", stream_id, 0)
+    link = NodeLink(endpoint)
+    link.call("open_stream", stream_id, 0, 1, plan)
+    data = BlockReader(link).read(stream_id, 0, 0, key)
+    link.call("close_consumer", stream_id, 0)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -121,8 +120,7 @@ def test_b10_eight_processes_one_cold_fetch(s3, bucket, tier_config, make_datase
                                storage_options=proxied(s3, proxy))
         block = dataset.manifest.blocks[0]
         plan = {"dataset_id": dataset.manifest.dataset_id, "epoch": 0, "seq": [0], "consume_len": 1}
-        spawn = multiprocessing.get_context("spawn")
-        with spawn.Pool(8) as pool:
+        with multiprocessing.get_context("fork").Pool(8) as pool:
             results = [pool.apply_async(_single_reader, (dataset._endpoint, f"b10-{i}", plan, block.key, i * 0.15))
                        for i in range(8)]
             digests = [r.get(timeout=120) for r in results]
@@ -145,7 +143,7 @@ def test_b11_a_stream_cut_halfway_leaves_nothing_behind_and_is_retried(s3, bucke
         assert proxy.faults.gets["ds/0/obj-000002.bin"] == 2
     assert not list((tmp_path / "hot" / ".tmp").iterdir())
     stats = dataset.cache_stats()["levels"][0]
-    assert stats["used_bytes"] == sum(p.stat().st_size for p in (tmp_path / "hot").rglob("*") if p.is_file())
+    assert stats["used_bytes"] == tier_bytes(tmp_path / "hot")
 
 
 @pytest.fixture
@@ -172,7 +170,7 @@ def test_b11_a_full_disk_never_leaves_a_partial_block(s3, bucket, tier_config, m
     assert got == dict(enumerate(payloads))
     assert not list((tiny_disk / ".tmp").iterdir())
     level = dataset.cache_stats()["levels"][0]
-    on_disk = sum(p.stat().st_size for p in tiny_disk.rglob("*") if p.is_file())
+    on_disk = tier_bytes(tiny_disk)
     assert level["used_bytes"] == on_disk and level["blocks"] < 6  # some blocks did not fit
 
 
@@ -281,3 +279,64 @@ def test_b23_no_threads_fds_or_actors_leak_across_epochs(s3, bucket, tier_config
         assert snapshot() == baseline, f"epoch {epoch}"
     stats = dataset.cache_stats()
     assert stats["threads"] <= cache_threads + 2 and len(stats["streams"]) == 0
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_b25_the_cache_actor_dies_mid_epoch_and_the_epoch_finishes_exactly_once(s3, bucket, tier_config,
+                                                                               make_dataset, num_workers):
+    """B25: SIGKILL the node cache mid-epoch: readers serve blocks themselves from warm/cold until
+    the restarted cache answers, reopen their streams there, and yield every sample once."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 60, size=500)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(prefetch={"depth_blocks": 2}), layout="files",
+                           batch_size=2)
+    pid = dataset.cache_stats()["pid"]
+    seen = []
+    loader = DataLoader(dataset, batch_size=2, num_workers=num_workers, collate_fn=collect_raw)
+    started = time.monotonic()
+    for batch_index, (samples, _) in enumerate(loader):
+        seen.extend(index_of(s) for s in samples)
+        if batch_index == 5:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    assert sorted(seen) == list(range(60))
+    assert time.monotonic() - started < 120
+    if num_workers == 0:
+        assert dataset.consumer_stats["fallback_reads"] + dataset.consumer_stats["reconnects"] > 0
+    assert dataset.cache_stats()["pid"] != pid  # the restarted cache, found again by the dataset
+    dataset.set_epoch(1)
+    assert sorted(indices(dataset)) == list(range(60))
+
+
+def test_the_node_cache_reconnects_to_a_restarted_coordinator(s3, bucket, tier_config, make_dataset):
+    """Issue 4: the coordinator is a named, detached actor; after it restarts, nodes find it by
+    name, see its new incarnation and resend their residency; the warm index is rebuilt from
+    the warm store."""
+    import ray
+
+    from tierload.cache.runtime import coordinator_name
+
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 30, size=1000)
+    config = tier_config(hot="12KiB", warm="1MiB")
+    dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
+    assert sorted(indices(dataset)) == list(range(30))
+    coordinator = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
+    time.sleep(0.6)  # the last warm writes and residency changes reach it
+    before = ray.get(coordinator.stats.remote())
+    assert before["warm"]["blocks"] == 30 and before["held_blocks"] > 0
+    ray.kill(coordinator, no_restart=False)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            after = ray.get(ray.get_actor(coordinator_name(config), namespace="tierload").stats.remote(), timeout=10)
+            if after["incarnation"] != before["incarnation"] and after["held_blocks"] == before["held_blocks"]:
+                break
+        except Exception:  # noqa: BLE001 - restarting
+            pass
+        assert time.monotonic() < deadline, "the node never resent its residency to the restarted coordinator"
+        time.sleep(0.5)
+    assert after["warm"]["blocks"] == 30  # rebuilt from the warm store
+    dataset.set_epoch(1)
+    assert sorted(indices(dataset)) == list(range(30))
+    assert dataset.epoch_stats(1)["cold_bytes"] == 0

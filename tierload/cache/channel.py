@@ -15,10 +15,11 @@ import logging
 import os
 import threading
 import traceback
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-from tierload.errors import ServiceError, TierloadError
+from tierload.errors import ChannelLostError, ServiceError, TierloadError
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +122,9 @@ class ChannelClient:
             # A connection inherited through fork belongs to the parent: never reuse it.
             try:
                 self._conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
-            except (OSError, EOFError) as exc:
-                raise ServiceError(f"cannot reach the node cache at {self.address}: {exc}; is the cache actor "
-                                   "running on this node?") from exc
+            except (OSError, EOFError, AuthenticationError) as exc:  # a restarted cache has a new key
+                raise ChannelLostError(f"cannot reach the node cache at {self.address}: {exc}; is the cache actor "
+                                       "running on this node?") from exc
             self._pid = os.getpid()
         return self._conn
 
@@ -136,7 +137,7 @@ class ChannelClient:
                 ok, result = conn.recv()
             except (OSError, EOFError) as exc:
                 self._conn = None
-                raise ServiceError(f"the node cache at {self.address} went away during {method}: {exc}") from exc
+                raise ChannelLostError(f"the node cache at {self.address} went away during {method}: {exc}") from exc
         if not ok:
             raise result
         return result
@@ -149,7 +150,7 @@ class ChannelClient:
                 conn.send((True, method, args, kwargs))
             except (OSError, EOFError) as exc:
                 self._conn = None
-                raise ServiceError(f"the node cache at {self.address} went away during {method}: {exc}") from exc
+                raise ChannelLostError(f"the node cache at {self.address} went away during {method}: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:

@@ -51,13 +51,12 @@ class Coordinator:
         self._store = open_store(self.config.warm.url, "warm") if self.config.warm.url else None
         self._index = None
         if self._store is not None:
-            self._index = TierIndex("warm", self.config.warm.capacity_bytes,
-                                    make_policy(policy.warm.eviction, counter=self._counter), self._counter,
-                                    policy.warm.admit_min_count)
+            self._index = TierIndex("warm", self.config.warm.capacity_bytes, self._make_policy(policy.warm),
+                                    self._counter, policy.warm.admit_min_count)
             for key, size in sorted(self._store.scan().items()):
                 if not self._index.add_existing(key, size, 0.0):
                     self._store.delete(key)
-        self._holders: dict[str, set[str]] = defaultdict(set)
+        self._holders: dict[str, set[str]] = {}
         self._node_keys: dict[str, set[str]] = defaultdict(set)
         self._changelog: list[tuple[int, str]] = []  # (version, key) of every holder change
         self._version = 0
@@ -71,6 +70,24 @@ class Coordinator:
 
     def ready(self) -> bool:
         return True
+
+    def _make_policy(self, policy):
+        return make_policy(policy.eviction, counter=self._counter, get_cost_bytes=policy.get_cost_bytes)
+
+    def set_policy(self, policy: dict) -> dict:
+        """Switch the warm tier's policy while running (from the next admission on).
+
+        Raises:
+            ConfigError: The policy is invalid; the old one stays in force.
+        """
+        new = as_config({**self.config.to_dict(), "policy": policy}).policy
+        with self._lock:
+            self.config = self.config.model_copy(update={"policy": new})
+            self._counter.half_life = new.decay.half_life
+            if self._index is not None:
+                self._index.replace_policy(self._make_policy(new.warm), new.warm.admit_min_count, self._now)
+        log.info("warm-tier policy is now %s", new.warm.eviction)
+        return new.model_dump(mode="json")
 
     # ------------------------------------------------------------------ sync
     def sync(self, node_id: str, report: dict[str, Any]) -> dict[str, Any]:
@@ -192,11 +209,11 @@ class Coordinator:
             self._set_holder(key, node_id, False)
 
     def _set_holder(self, key: str, node_id: str, held: bool) -> None:
-        holders = self._holders[key]
+        holders = self._holders.get(key, ())
         if held == (node_id in holders):
             return
         if held:
-            holders.add(node_id)
+            self._holders.setdefault(key, set()).add(node_id)
             self._node_keys[node_id].add(key)
         else:
             holders.discard(node_id)

@@ -63,6 +63,9 @@ class CoordinatorSync:
         self._need_full = True
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tierload-coordinator-sync", daemon=True)
+
+    def start(self) -> None:
+        """Start syncing in the background (once the owner is fully set up)."""
         self._thread.start()
 
     # ------------------------------------------------------------ producers
@@ -169,7 +172,8 @@ class CoordinatorSync:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         try:
             self.flush()
         except Exception:  # noqa: BLE001 - best effort at shutdown

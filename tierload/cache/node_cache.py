@@ -19,48 +19,36 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import tempfile
 import threading
 import time
 import traceback
 from collections import Counter, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
-
-import numpy as np
-import xxhash
+from typing import Any, Callable
 
 from tierload import codec
-from tierload.blockfile import decode_block, encode_block
+from tierload.blockfile import HEADER_SIZE, decode_block
 from tierload.blocks import Block
 from tierload.cache.channel import ChannelServer
-from tierload.cache.stats import new_stats
-from tierload.cache.stream import NEVER, Stream
 from tierload.cache.coordinator_sync import CoordinatorSync
+from tierload.cache.endpoint import channel_address, publish_endpoint
+from tierload.cache.hot_tier import HotTier
+from tierload.cache.oracle import PlanOracle
+from tierload.cache.stats import new_stats
+from tierload.cache.stream import Stream
 from tierload.checksum import checksum
 from tierload.config import TierloadConfig, as_config
-from tierload.errors import BackendError, IntegrityError, ServiceError, TierloadError
+from tierload.errors import BackendError, IntegrityError, ServiceError, StreamNotOpenError, TierloadError
 from tierload.policies.frequency import DecayingCounter
-from tierload.policies.registry import make_policy
 from tierload.stores.cold import ColdSource
-from tierload.stores.local import LocalDirStore
 from tierload.stores.registry import open_store
-from tierload.tierindex import TierIndex
 
 log = logging.getLogger(__name__)
 
 ACQUIRE_TIMEOUT_S = 600.0
-STREAM_IDLE_TIMEOUT_S = 30.0
-
-
-@dataclass
-class _Level:
-    """One level of the hot tier (RAM or disk)."""
-
-    name: str
-    store: LocalDirStore
-    index: TierIndex
+RECORD_LIMIT = 10_000_000  # accesses a trace recording keeps at most
+STREAM_IDLE_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -79,30 +67,6 @@ class _Fetch:
 class _FailedFetch:
     error: BaseException
     stats: dict = field(default_factory=dict)
-
-
-class _PlanOracle:
-    """Next-use distances of blocks, from every open stream's plan (for the clairvoyant policy)."""
-
-    def __init__(self, cache: "NodeCache") -> None:
-        self.cache = cache
-
-    def distances(self, keys: Sequence[str]) -> np.ndarray:
-        out = np.full(len(keys), NEVER, dtype=np.int64)
-        by_dataset = self.cache._streams_by_dataset
-        for i, key in enumerate(keys):
-            best = NEVER
-            for dataset_id, block_index in self.cache._key_owners.get(key, ()):
-                for stream in by_dataset.get(dataset_id, ()):
-                    best = min(best, stream.distance(block_index))
-            out[i] = best
-        return out
-
-
-def channel_address(node_id: str, hot_dir: str) -> str:
-    """Unix socket path of a node cache (short: socket paths are limited to ~107 bytes)."""
-    ident = xxhash.xxh3_64_hexdigest(f"{node_id}\x00{os.path.abspath(os.path.expanduser(hot_dir))}".encode())
-    return os.path.join(tempfile.gettempdir(), f"tierload-{ident}.sock")
 
 
 class NodeCache:
@@ -125,26 +89,11 @@ class NodeCache:
         self._closing = False
         policy = self.config.policy
         self._counter = DecayingCounter(policy.decay.half_life)
-        self._oracle = _PlanOracle(self)
-        self._pins: Counter = Counter()
-        self._levels = self._make_levels()
         self._datasets: dict[str, _Dataset] = {}
         self._blocks: dict[str, Block] = {}
         self._key_owners: dict[str, list[tuple[str, int]]] = defaultdict(list)
         self._streams: dict[str, Stream] = {}
         self._streams_by_dataset: dict[str, list[Stream]] = defaultdict(list)
-        self._ghosts: dict[str, Stream] = {}  # closed streams whose look-ahead still informs eviction
-        self._last_active: dict[str, float] = {}
-        self._inflight: dict[str, _Fetch] = {}
-        self._staged: dict[str, bytes] = {}
-        self._failed: dict[str, _FailedFetch] = {}
-        self._pending_counts: Counter = Counter()
-        self._hot_dirty: set[str] = set()  # keys whose hot residency changed since the last sync
-        self._now_value = 0.0
-        self._stats = new_stats()
-        self._finished: deque = deque(maxlen=512)
-        self._pool = ThreadPoolExecutor(self.config.prefetch.concurrency, thread_name_prefix="tierload-fetch")
-        self._recover()
         self._peer_call = peer_call
         self._coordinator_call = coordinator_call
         self._warm = open_store(self.config.warm.url, "warm") if (self.config.warm.url and coordinator_call) else None
@@ -152,43 +101,37 @@ class NodeCache:
         if coordinator_call is not None:
             self._sync = CoordinatorSync(node_id, coordinator_call, self._collect_for_sync, self._now, self._warm,
                                          self.config.wire.zstd_level if self.config.warm.compress else None)
+        self._hot = HotTier(self.config, self.hot_dir, self._counter,
+                            PlanOracle(self._key_owners, self._streams_by_dataset), self._cond, self._now,
+                            offer_warm=self._sync.offer_warm if self._warm is not None else None,
+                            in_warm=lambda key: key in self._sync.known_warm)
+        self._pins = self._hot.pins
+        self._ghosts: dict[str, Stream] = {}  # closed streams whose look-ahead still informs eviction
+        self._last_active: dict[str, float] = {}
+        self._inflight: dict[str, _Fetch] = {}
+        self._staged: dict[str, bytes] = {}
+        self._failed: dict[str, _FailedFetch] = {}
+        self._pending_counts: Counter = Counter()
+        self._recording: list[tuple[str, int, int]] | None = None  # (key, bytes, epoch) when recording
+        self._now_value = 0.0
+        self._stats = new_stats()
+        self._finished: deque = deque(maxlen=512)
+        self._pool = ThreadPoolExecutor(self.config.prefetch.concurrency, thread_name_prefix="tierload-fetch")
+        self._hot.recover()
         self._address = channel_address(node_id, self.hot_dir)
         self._authkey = secrets.token_bytes(32)
+        publish_endpoint(self._hot.dirs[-1], self.endpoint())
         self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {node_id}")
         self._scheduler = threading.Thread(target=self._schedule_loop, name="tierload-prefetch", daemon=True)
         self._scheduler.start()
+        if self._sync is not None:
+            self._sync.start()
 
     # ----------------------------------------------------------------- set-up
     @property
     def hot_dir(self) -> str:
         """This node's hot directory (``{node}`` in ``hot.dir`` replaced by the node id)."""
         return self.config.hot.dir.replace("{node}", self.node_id[:16])
-
-    def _make_levels(self) -> list[_Level]:
-        hot, policy = self.config.hot, self.config.policy.hot
-        specs = []
-        if hot.ram_capacity_bytes > 0:
-            shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-            ident = xxhash.xxh3_64_hexdigest(os.path.abspath(os.path.expanduser(self.hot_dir)).encode())
-            specs.append(("ram", os.path.join(shm, f"tierload-ram-{ident}"), hot.ram_capacity_bytes))
-        specs.append(("disk", self.hot_dir, hot.capacity_bytes))
-        levels = []
-        for name, path, capacity in specs:
-            index = TierIndex(f"hot-{name}", capacity, make_policy(policy.eviction, counter=self._counter,
-                                                                   oracle=self._oracle),
-                              self._counter, policy.admit_min_count, pins=self._pins)
-            levels.append(_Level(name, LocalDirStore(path, tier=f"hot-{name}"), index))
-        return levels
-
-    def _recover(self) -> None:
-        """Adopt complete blocks left by an earlier run; sweep temporary files and overflow."""
-        for level in self._levels:
-            for key, size in sorted(level.store.scan().items()):
-                if not level.index.add_existing(key, size, 0.0):
-                    level.store.delete(key)
-            if level.index.resident:
-                log.info("hot tier %s: adopted %d blocks (%d bytes) from a previous run", level.name,
-                         len(level.index.resident), level.index.used_bytes)
 
     # ------------------------------------------------------------ Ray / channel API
     def ready(self) -> bool:
@@ -198,7 +141,7 @@ class NodeCache:
     def endpoint(self) -> dict[str, Any]:
         """Where consumers on this node find the cache: channel address, key and hot directories."""
         return {"address": self._address, "authkey": self._authkey, "node_id": self.node_id,
-                "hot_dirs": [str(level.store.root) for level in self._levels]}
+                "hot_dirs": self._hot.dirs}
 
     def has_dataset(self, dataset_id: str) -> bool:
         with self._cond:
@@ -247,7 +190,7 @@ class NodeCache:
                 if dataset is None:
                     raise ServiceError(f"dataset {plan['dataset_id']} is not registered with this node cache")
                 stream = Stream(stream_id, plan["dataset_id"], plan["epoch"], plan["seq"], plan["consume_len"],
-                                num_consumers, len(dataset.blocks), plan.get("reuse_gap", 1))
+                                num_consumers, len(dataset.blocks), plan.get("reuse_gap", 1), plan.get("start", 0))
                 stream.stats = new_stats()
                 stream.lineage = plan.get("lineage", stream_id)
                 self._forget_ghost(stream.lineage)
@@ -292,8 +235,8 @@ class NodeCache:
         with self._cond:
             stream = self._streams.get(stream_id)
             if stream is None:
-                raise ServiceError(f"stream {stream_id} is not open on this node cache (expired after "
-                                   f"{STREAM_IDLE_TIMEOUT_S:.0f}s idle?)")
+                raise StreamNotOpenError(f"stream {stream_id} is not open on this node cache (expired after "
+                                         f"{STREAM_IDLE_TIMEOUT_S:.0f}s idle, or the cache restarted)")
             self._last_active[stream_id] = time.monotonic()
             if corrupt_key is not None:
                 self._drop_corrupt(corrupt_key, stream)
@@ -302,23 +245,29 @@ class NodeCache:
             while stream.next_run <= run:
                 self._schedule(stream, stream.next_run)
             key = self._datasets[stream.dataset_id].blocks[int(stream.run_block[run])].key
-            while True:
-                level = self._resident_level(key)
-                if level is not None:
-                    return ("hot", level)
-                if key in self._staged:
-                    raw = self._staged[key]
-                    break
-                if key not in self._inflight:
-                    failure = self._failed.pop(key, None)
-                    if failure is not None:
-                        raise failure.error
-                    self._submit(key, stream, counted=False)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ServiceError(f"block {key} was not fetched within {ACQUIRE_TIMEOUT_S:.0f}s",
-                                       where=f"node cache on node {self.node_id}")
-                self._cond.wait(min(remaining, 1.0))
+            # Pin while waiting: a run that skip_to passed was never pinned, and an unpinned block the
+            # hot tier refuses is not staged, so without this pin it would be fetched again forever.
+            self._pins[key] += 1
+            try:
+                while True:
+                    level = self._hot.level_of(key)
+                    if level is not None:
+                        return ("hot", level)
+                    if key in self._staged:
+                        raw = self._staged[key]
+                        break
+                    if key not in self._inflight:
+                        failure = self._failed.pop(key, None)
+                        if failure is not None:
+                            raise failure.error
+                        self._submit(key, stream, counted=False)
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise ServiceError(f"block {key} was not fetched within {ACQUIRE_TIMEOUT_S:.0f}s",
+                                           where=f"node cache on node {self.node_id}")
+                    self._cond.wait(min(remaining, 1.0))
+            finally:
+                self._unpin(key)
         payload = codec.encode(raw, self.config.wire.zstd_level, self.config.wire.min_ratio)
         with self._cond:
             for target in (self._stats, stream.stats):
@@ -335,7 +284,7 @@ class NodeCache:
         dropped = 0
         with self._cond:
             for key in keys:
-                dropped += self._drop_hot(key)
+                dropped += self._hot.drop(key)
                 self._staged.pop(key, None)
         if self._coordinator_call is not None and keys:
             dropped += self._coordinator_call("invalidate", list(keys))
@@ -347,27 +296,48 @@ class NodeCache:
 
         The payload is zstd-compressed when it compresses (``wire.min_ratio``), raw otherwise.
         """
-        with self._cond:
-            level = self._resident_level(key)
-            if level is None:
-                return None
-            store = self._levels[level].store
-        try:
-            raw, digest = decode_block(key, store.read(key))
-        except KeyError:
+        found = self._hot.read(key)
+        if found is None:
             return None
-        except IntegrityError:
-            log.warning("hot block %s failed its checksum when a peer asked for it; dropped", key)
-            with self._cond:
-                self._drop_hot(key)
-                self._stats["integrity_failures"] += 1
-            return None
+        raw, digest = found
         payload = codec.encode(raw, self.config.wire.zstd_level, self.config.wire.min_ratio)
         with self._cond:
             self._stats["peer_served"] += 1
             self._stats["wire_raw_bytes"] += payload.raw_size
             self._stats["wire_sent_bytes"] += len(payload.data)
         return payload, digest
+
+    def set_policy(self, policy: dict) -> dict:
+        """Switch the hot tier's policy while running; it decides from the next admission on.
+
+        Args:
+            policy: A ``policy:`` section (validated again here).
+
+        Returns:
+            The policy now in force (defaults filled in).
+
+        Raises:
+            ConfigError: The policy is invalid; the old one stays in force.
+        """
+        new = as_config({**self.config.to_dict(), "policy": policy}).policy
+        with self._cond:
+            self.config = self.config.model_copy(update={"policy": new})
+            self._counter.half_life = new.decay.half_life
+            self._hot.replace_policy(new.hot)
+        log.info("hot-tier policy is now %s", new.hot.eviction)
+        return new.model_dump(mode="json")
+
+    def record_trace(self, enabled: bool) -> list[tuple[str, int, int]]:
+        """Start (or stop) recording every counted block access: ``(key, stored_bytes, epoch)`` in
+        the order the tiers saw them, for ``tierload policy simulate --trace``.
+
+        Returns:
+            The accesses recorded since recording started (empty when starting).
+        """
+        with self._cond:
+            recorded = self._recording or []
+            self._recording = [] if enabled else None
+            return recorded
 
     def sync_now(self) -> None:
         """Exchange state with the coordinator now (e.g. before a new epoch's first fetches)."""
@@ -380,7 +350,7 @@ class NodeCache:
             result = {
                 "node_id": self.node_id,
                 "counters": dict(self._stats),
-                "levels": [level.index.stats() for level in self._levels],
+                "levels": self._hot.stats(),
                 "inflight": len(self._inflight),
                 "threads": threading.active_count(),
                 "pid": os.getpid(),
@@ -426,22 +396,14 @@ class NodeCache:
         """Counts and residency changes since the last sync (and all resident keys if ``full``)."""
         with self._cond:
             counts, self._pending_counts = dict(self._pending_counts), Counter()
-            dirty, self._hot_dirty = self._hot_dirty, set()
-            added = [key for key in dirty if self._resident_level(key) is not None]
-            removed = [key for key in dirty if self._resident_level(key) is None]
-            everything = [key for level in self._levels for key in level.index.resident] if full else None
+            added, removed = self._hot.take_dirty()
+            everything = self._hot.resident_keys() if full else None
         return counts, added, removed, everything
 
     def _stream_stats(self, stream: Stream) -> dict:
         return {"stream_id": stream.stream_id, "dataset_id": stream.dataset_id, "epoch": stream.epoch,
                 "cursor": stream.cursor, "consume_len": stream.consume_len, "finished": stream.finished,
                 **dict(stream.stats)}
-
-    def _resident_level(self, key: str) -> int | None:
-        for i, level in enumerate(self._levels):
-            if key in level.index:
-                return i
-        return None
 
     def _schedule_loop(self) -> None:
         depth = self.config.prefetch
@@ -474,8 +436,10 @@ class NodeCache:
 
     def _count_access(self, stream: Stream, key: str, outcome: str | None) -> None:
         now = self._now()
+        if self._recording is not None and len(self._recording) < RECORD_LIMIT:
+            self._recording.append((key, self._blocks[key].length + HEADER_SIZE, stream.epoch))
         self._counter.add(key, now)
-        for level in self._levels:
+        for level in self._hot.levels:
             level.index.policy.on_access(key, now)
         self._pending_counts[key] += 1
         for target in (self._stats, stream.stats):
@@ -490,7 +454,7 @@ class NodeCache:
         stream.mark_scheduled(run)
         self._pins[key] += 1
         stream.window_bytes += block.length
-        present = self._resident_level(key) is not None or key in self._inflight or key in self._staged
+        present = self._hot.level_of(key) is not None or key in self._inflight or key in self._staged
         if counted:
             self._count_access(stream, key, "hot_hits" if present else None)
         if not present:
@@ -504,11 +468,15 @@ class NodeCache:
     def _release(self, stream: Stream, run: int) -> None:
         block = self._block_of_run(stream, run)
         stream.window_bytes -= block.length
-        if self._pins[block.key] <= 1:
-            del self._pins[block.key]
-            self._staged.pop(block.key, None)
+        self._unpin(block.key)
+
+    def _unpin(self, key: str) -> None:
+        """Drop one pin; a block nobody needs any more leaves memory if the hot tier refused it."""
+        if self._pins[key] <= 1:
+            del self._pins[key]
+            self._staged.pop(key, None)
         else:
-            self._pins[block.key] -= 1
+            self._pins[key] -= 1
 
     def _advance(self, stream: Stream, consumer: int, position: int) -> None:
         for run in stream.set_cursor(consumer, position):
@@ -548,17 +516,8 @@ class NodeCache:
         if ghost is not None:
             self._unlist(ghost)
 
-    def _drop_hot(self, key: str) -> int:
-        level = self._resident_level(key)
-        if level is None:
-            return 0
-        self._levels[level].index.remove(key)
-        self._levels[level].store.delete(key)
-        self._hot_dirty.add(key)
-        return 1
-
     def _drop_corrupt(self, key: str, stream: Stream) -> None:
-        if self._drop_hot(key):
+        if self._hot.drop(key):
             log.warning("hot block %s failed its checksum on read; dropped, refetching", key)
             for target in (self._stats, stream.stats):
                 target["integrity_failures"] += 1
@@ -655,65 +614,11 @@ class NodeCache:
         return raw, checksum(raw), "cold"
 
     def _place(self, key: str, raw: bytes, digest: int, source: str) -> int | None:
-        """Admit a fetched block into the highest hot level that takes it; None if none does.
+        """Admit a fetched block into the hot tier; its level, or None if it stays out.
 
         A block served by a peer stays there (the cluster holds it once) unless this node
         reads it often enough to earn its own copy (``hot.peer_copy_min_count``).
         """
         if source == "peer" and self._counter.at_last_access(key) < self.config.hot.peer_copy_min_count:
             return None
-        data = encode_block(key, raw, raw_checksum=digest)
-        with self._cond:
-            now = self._now()
-            for index, level in enumerate(self._levels):
-                admission = level.index.reserve(key, len(data), now)
-                if admission.admitted:
-                    self._evict(index, admission.victims)
-                    break
-            else:
-                return None
-        try:
-            level.store.write(key, data)
-        except BackendError:
-            log.warning("cannot write block %s to hot level %s", key, level.name, exc_info=True)
-            with self._cond:
-                level.index.abort(key)
-            return None
-        with self._cond:
-            level.index.commit(key, now)
-            self._hot_dirty.add(key)
-        return index
-
-    def _evict(self, level_index: int, victims: list[str]) -> None:
-        """Delete victims of a level (under the lock), demoting them a level down or to warm."""
-        level = self._levels[level_index]
-        for victim in victims:
-            lower = level_index + 1 < len(self._levels)
-            to_warm = self._warm is not None and victim not in self._sync.known_warm
-            data = None
-            if lower or to_warm:
-                try:
-                    data = level.store.read(victim)
-                except KeyError:
-                    data = None
-            level.store.delete(victim)
-            self._hot_dirty.add(victim)
-            if data is None:
-                continue
-            if lower:
-                below = self._levels[level_index + 1]
-                admission = below.index.reserve(victim, len(data), self._now())
-                if admission.admitted:
-                    self._evict(level_index + 1, admission.victims)
-                    try:
-                        below.store.write(victim, data)
-                        below.index.commit(victim, self._now())
-                        continue
-                    except BackendError:
-                        below.index.abort(victim)
-            if to_warm:
-                try:
-                    raw, digest = decode_block(victim, data)
-                except IntegrityError:
-                    continue
-                self._sync.offer_warm(victim, raw, digest)
+        return self._hot.place(key, raw, digest)

@@ -195,3 +195,45 @@ def stop_actors(config: TierloadConfig) -> int:
         except Exception:  # noqa: BLE001 - already gone
             log.debug("actor %s was already gone", name, exc_info=True)
     return stopped
+
+
+def apply_policy(config: TierloadConfig, policy) -> dict[str, Any]:
+    """Apply a new ``policy:`` section to a running deployment's actors, without restarting jobs.
+
+    Every node cache and the coordinator validate it again and switch from their next admission
+    decision on. An invalid policy is refused by the first actor and changes nothing.
+
+    Args:
+        config: The deployment's configuration (locates its actors).
+        policy: A :class:`tierload.config.PolicyConfig` or its dict form.
+
+    Returns:
+        ``{"nodes": [node cache names updated], "coordinator": bool, "policy": effective policy}``.
+
+    Raises:
+        ConfigError: The policy is invalid (nothing was changed).
+        ServiceError: No tierload actors are running for this configuration.
+    """
+    import ray
+
+    from tierload.config import PolicyConfig, as_config
+
+    ensure_ray(config)
+    policy_dict = policy.model_dump(mode="json") if isinstance(policy, PolicyConfig) else dict(policy)
+    as_config({**config.to_dict(), "policy": policy_dict})  # refuse before touching any actor
+    prefix = node_cache_name(config, "")
+    names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                   if isinstance(a, dict) and a.get("namespace") == config.ray.namespace)
+    caches = [name for name in names if name.startswith(prefix)]
+    has_coordinator = coordinator_name(config) in names
+    if not caches and not has_coordinator:
+        raise ServiceError("no tierload actors run for this configuration (same hot.dir and warm.url as the "
+                           "service?); start them with `tierload serve`")
+    effective = None
+    for name in caches:
+        handle = ray.get_actor(name, namespace=config.ray.namespace)
+        effective = ray.get(handle.call.remote("set_policy", policy_dict), timeout=60)
+    if has_coordinator:
+        handle = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
+        effective = ray.get(handle.set_policy.remote(policy_dict), timeout=60)
+    return {"nodes": caches, "coordinator": has_coordinator, "policy": effective}

@@ -75,10 +75,12 @@ class Stream:
         num_consumers: DataLoader workers of the rank (their cursors are tracked separately).
         num_blocks: Blocks in the dataset.
         reuse_gap: See :func:`plan_runs`.
+        start: Positions before this were consumed before a restart (a resumed epoch): they are
+            never prefetched or counted, and consumers not heard from yet count as being there.
     """
 
     def __init__(self, stream_id: str, dataset_id: str, epoch: int, seq: np.ndarray, consume_len: int,
-                 num_consumers: int, num_blocks: int, reuse_gap: int = 1) -> None:
+                 num_consumers: int, num_blocks: int, reuse_gap: int = 1, start: int = 0) -> None:
         self.stream_id = stream_id
         self.dataset_id = dataset_id
         self.epoch = epoch
@@ -88,13 +90,14 @@ class Stream:
         self.nxt = next_run_of_same_block(self.run_block)
         self.num_runs = len(self.run_start)
         self.consume_runs = int(np.searchsorted(self.run_start, consume_len))
+        self.start = min(max(int(start), 0), consume_len)
+        self.next_run = int(self.pos_run[self.start]) if self.start < consume_len else self.consume_runs
         # next_use[b]: first run of block b at or after the prefetch frontier.
         self.next_use = np.full(num_blocks, NEVER, dtype=np.int64)
-        blocks, first_run = np.unique(self.run_block, return_index=True)
-        self.next_use[blocks] = first_run
+        blocks, first_run = np.unique(self.run_block[self.next_run:], return_index=True)
+        self.next_use[blocks] = first_run + self.next_run
         self.cursors: dict[int, int] = {}
         self.done: set[int] = set()
-        self.next_run = 0
         self.scheduled: list[tuple[int, int]] = []  # heap of (run_last, run) not yet passed
         self.window_bytes = 0
         self.stats: dict[str, float] = {}
@@ -102,10 +105,10 @@ class Stream:
 
     @property
     def cursor(self) -> int:
-        """Smallest position any consumer has not consumed yet (unregistered consumers count as 0)."""
+        """Smallest position any consumer has not consumed yet (unregistered consumers count as ``start``)."""
         if len(self.done) >= self.num_consumers:
             return self.consume_len
-        values = [self.cursors.get(c, 0) for c in range(self.num_consumers) if c not in self.done]
+        values = [self.cursors.get(c, self.start) for c in range(self.num_consumers) if c not in self.done]
         return min(values) if values else self.consume_len
 
     @property

@@ -1,0 +1,219 @@
+"""A node's hot tier: its levels (an optional RAM level in /dev/shm above the disk directory),
+admission and eviction by policy, demotion a level down or into the warm tier.
+
+Decisions are made under the node cache's lock (the :class:`TierIndex` of each level is the
+one place residency changes); a new block's file is written outside it, after its bytes were
+reserved, and victims are deleted before the decision returns, so the bytes on disk never
+exceed a level's capacity.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import xxhash
+
+from tierload.blockfile import decode_block, encode_block
+from tierload.config import TierloadConfig, TierPolicyConfig
+from tierload.errors import BackendError, IntegrityError
+from tierload.policies.clairvoyant import NextUseOracle
+from tierload.policies.frequency import DecayingCounter
+from tierload.policies.registry import make_policy
+from tierload.stores.local import LocalDirStore
+from tierload.tierindex import TierIndex
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Level:
+    """One level of the hot tier (RAM or disk)."""
+
+    name: str
+    store: LocalDirStore
+    index: TierIndex
+
+
+class HotTier:
+    """The levels of one node's hot tier.
+
+    Args:
+        config: The node cache's configuration.
+        hot_dir: The disk level's directory (``{node}`` already replaced).
+        counter: Decayed access counts (shared with the node cache).
+        oracle: Next-use distances for the clairvoyant policy.
+        lock: The node cache's lock; every residency change happens under it.
+        now: The decay clock.
+        offer_warm: ``offer_warm(key, raw, checksum)`` proposes an evicted block for the warm
+            tier, or None without one.
+        in_warm: Whether the warm tier is known to hold a key (then eviction skips the offer).
+    """
+
+    def __init__(self, config: TierloadConfig, hot_dir: str, counter: DecayingCounter, oracle: NextUseOracle,
+                 lock: threading.RLock | threading.Condition, now: Callable[[], float],
+                 offer_warm: Callable[[str, bytes, int], None] | None = None,
+                 in_warm: Callable[[str], bool] = lambda key: False) -> None:
+        self.counter = counter
+        self.oracle = oracle
+        self.lock = lock
+        self.now = now
+        self.offer_warm = offer_warm
+        self.in_warm = in_warm
+        self.pins: Counter = Counter()  # blocks a planned access needs: never evicted
+        self.dirty: set[str] = set()    # keys whose residency changed since take_dirty()
+        self.levels = self._make_levels(config, hot_dir)
+
+    # ------------------------------------------------------------------ set-up
+    def _make_levels(self, config: TierloadConfig, hot_dir: str) -> list[Level]:
+        hot, policy = config.hot, config.policy.hot
+        specs = []
+        if hot.ram_capacity_bytes > 0:
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+            ident = xxhash.xxh3_64_hexdigest(os.path.abspath(os.path.expanduser(hot_dir)).encode())
+            specs.append(("ram", os.path.join(shm, f"tierload-ram-{ident}"), hot.ram_capacity_bytes))
+        specs.append(("disk", hot_dir, hot.capacity_bytes))
+        return [Level(name, LocalDirStore(path, tier=f"hot-{name}"),
+                      TierIndex(f"hot-{name}", capacity, self._policy(policy), self.counter, policy.admit_min_count,
+                                pins=self.pins))
+                for name, path, capacity in specs]
+
+    def _policy(self, policy: TierPolicyConfig):
+        return make_policy(policy.eviction, counter=self.counter, oracle=self.oracle,
+                           get_cost_bytes=policy.get_cost_bytes)
+
+    def recover(self) -> None:
+        """Adopt complete blocks left by an earlier run; sweep temporary files and overflow."""
+        for level in self.levels:
+            for key, size in sorted(level.store.scan().items()):
+                if not level.index.add_existing(key, size, 0.0):
+                    level.store.delete(key)
+            if level.index.resident:
+                log.info("hot tier %s: adopted %d blocks (%d bytes) from a previous run", level.name,
+                         len(level.index.resident), level.index.used_bytes)
+
+    def replace_policy(self, policy: TierPolicyConfig) -> None:
+        """Switch every level to ``policy`` from the next admission on (call under the lock)."""
+        for level in self.levels:
+            level.index.replace_policy(self._policy(policy), policy.admit_min_count, self.now())
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def dirs(self) -> list[str]:
+        """The levels' directories, fastest first."""
+        return [str(level.store.root) for level in self.levels]
+
+    def level_of(self, key: str) -> int | None:
+        """Index of the level holding ``key``, or None."""
+        for i, level in enumerate(self.levels):
+            if key in level.index:
+                return i
+        return None
+
+    def resident_keys(self) -> list[str]:
+        return [key for level in self.levels for key in level.index.resident]
+
+    def take_dirty(self) -> tuple[list[str], list[str]]:
+        """Keys that became resident and keys that left, since the last call (call under the lock)."""
+        dirty, self.dirty = self.dirty, set()
+        added = [key for key in dirty if self.level_of(key) is not None]
+        return added, [key for key in dirty if key not in added]
+
+    def stats(self) -> list[dict]:
+        return [level.index.stats() for level in self.levels]
+
+    def read(self, key: str) -> tuple[bytes, int] | None:
+        """``(raw, checksum)`` of a resident block, verified; None if absent. A copy that fails its
+        checksum is dropped.
+
+        Raises:
+            IntegrityError: Never; a corrupt copy is dropped and None returned.
+        """
+        with self.lock:
+            level = self.level_of(key)
+            if level is None:
+                return None
+            store = self.levels[level].store
+        try:
+            return decode_block(key, store.read(key))
+        except KeyError:
+            return None
+        except IntegrityError:
+            log.warning("hot block %s failed its checksum; dropped", key)
+            with self.lock:
+                self.drop(key)
+            return None
+
+    # ------------------------------------------------------------------ changes
+    def place(self, key: str, raw: bytes, digest: int) -> int | None:
+        """Admit a fetched block into the highest level that takes it; its level, or None."""
+        data = encode_block(key, raw, raw_checksum=digest)
+        with self.lock:
+            now = self.now()
+            for index, level in enumerate(self.levels):
+                admission = level.index.reserve(key, len(data), now)
+                if admission.admitted:
+                    self._evict(index, admission.victims)
+                    break
+            else:
+                return None
+        try:
+            level.store.write(key, data)
+        except BackendError:
+            log.warning("cannot write block %s to hot level %s", key, level.name, exc_info=True)
+            with self.lock:
+                level.index.abort(key)
+            return None
+        with self.lock:
+            level.index.commit(key, now)
+            self.dirty.add(key)
+        return index
+
+    def drop(self, key: str) -> int:
+        """Remove ``key`` from whichever level holds it (call under the lock); 1 if it was there."""
+        level = self.level_of(key)
+        if level is None:
+            return 0
+        self.levels[level].index.remove(key)
+        self.levels[level].store.delete(key)
+        self.dirty.add(key)
+        return 1
+
+    def _evict(self, level_index: int, victims: list[str]) -> None:
+        """Delete victims of a level (under the lock), demoting them a level down or to warm."""
+        level = self.levels[level_index]
+        for victim in victims:
+            lower = level_index + 1 < len(self.levels)
+            to_warm = self.offer_warm is not None and not self.in_warm(victim)
+            data = None
+            if lower or to_warm:
+                try:
+                    data = level.store.read(victim)
+                except KeyError:
+                    data = None
+            level.store.delete(victim)
+            self.dirty.add(victim)
+            if data is None:
+                continue
+            if lower:
+                below = self.levels[level_index + 1]
+                admission = below.index.reserve(victim, len(data), self.now())
+                if admission.admitted:
+                    self._evict(level_index + 1, admission.victims)
+                    try:
+                        below.store.write(victim, data)
+                        below.index.commit(victim, self.now())
+                        continue
+                    except BackendError:
+                        below.index.abort(victim)
+            if to_warm:
+                try:
+                    raw, digest = decode_block(victim, data)
+                except IntegrityError:
+                    continue
+                self.offer_warm(victim, raw, digest)
