@@ -9,11 +9,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from helpers import png_bytes
+
 from tierload.config import ManifestConfig, load_config
-from tierload.errors import (BucketNotFoundError, EndpointUnreachableError, ManifestError, SourceChangedError,
-                             SourceNotFoundError)
+from tierload.errors import (
+    BucketNotFoundError,
+    EndpointUnreachableError,
+    ManifestError,
+    SourceChangedError,
+    SourceNotFoundError,
+)
 from tierload.manifest import build_manifest, load_manifest
 from tierload.stores.cold import ColdSource
 

@@ -7,12 +7,33 @@ The public API::
 """
 
 from tierload.config import TierloadConfig, load_config
-from tierload.dataset import TieredDataset
-from tierload.errors import (BackendError, BucketNotFoundError, CapacityError, ConfigError, EndpointUnreachableError,
-                             IntegrityError, ManifestError, ServiceError, SourceChangedError, SourceNotFoundError,
-                             TierloadError, TransientBackendError)
+from tierload.errors import (
+    BackendError,
+    BucketNotFoundError,
+    CapacityError,
+    ConfigError,
+    EndpointUnreachableError,
+    IntegrityError,
+    ManifestError,
+    ServiceError,
+    SourceChangedError,
+    SourceNotFoundError,
+    TierloadError,
+    TransientBackendError,
+)
 
 __version__ = "0.1.0"
+
+# torch is imported only when the dataset is used: actors and the CLI start without it.
+_LAZY = {"TieredDataset": "tierload.dataset", "collate": "tierload.collation"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tierload' has no attribute {name!r}")
 
 __all__ = [
     "BackendError",
@@ -29,5 +50,6 @@ __all__ = [
     "TierloadConfig",
     "TierloadError",
     "TransientBackendError",
+    "collate",
     "load_config",
 ]

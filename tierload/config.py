@@ -165,10 +165,21 @@ class ManifestConfig(_Frozen):
     """How the dataset is described from a listing of the cold prefix."""
 
     cache_dir: str = "~/.cache/tierload/manifests"
-    layout: Literal["auto", "imagefolder", "parquet"] = "auto"
+    layout: Literal["auto", "imagefolder", "parquet", "files", "webdataset", "npy"] = "auto"
     extensions: tuple[str, ...] = (".png", ".jpg", ".jpeg")
     label_column: str | None = "label"
     exclude: tuple[str, ...] = ("_SUCCESS", "_common_metadata", "_metadata")
+    # Tar shards and .npy files larger than this are cached as byte-range blocks of about this size.
+    block_bytes: int = 64 * 2**20
+
+    _parse_sizes = field_validator("block_bytes", mode="before")(_bytes_field)
+
+    @field_validator("block_bytes")
+    @classmethod
+    def _positive_block(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"block_bytes must be >= 1 byte, got {value}")
+        return value
 
 
 class RayConfig(_Frozen):

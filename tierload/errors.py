@@ -17,6 +17,8 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     │   └── TransientBackendError          throttling, reset, 5xx: safe to retry
     ├── ManifestError(ValueError)          the dataset cannot be described (empty prefix, bad layout)
     └── ServiceError(RuntimeError)         a tierload actor or its local channel failed
+        ├── ChannelLostError               the node cache's local channel broke or cannot be reached
+        └── StreamNotOpenError             the node cache does not know the stream (expired or restarted)
 """
 
 from __future__ import annotations
@@ -129,3 +131,11 @@ class ServiceError(TierloadError, RuntimeError):
 
 def _rebuild_service_error(message, where, remote_traceback):
     return ServiceError(message, where=where, remote_traceback=remote_traceback)
+
+
+class ChannelLostError(ServiceError):
+    """The node cache's local channel broke or cannot be reached (the actor died or restarted)."""
+
+
+class StreamNotOpenError(ServiceError):
+    """The node cache does not know the stream: it expired while idle, or the cache restarted."""

@@ -11,8 +11,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierload.cache.runtime import (coordinator_name, ensure_ray, get_coordinator, get_node_cache,
-                                    node_cache_name, stop_actors)
+from tierload.cache.runtime import (
+    coordinator_name,
+    ensure_ray,
+    get_coordinator,
+    get_node_cache,
+    node_cache_name,
+    stop_actors,
+)
 from tierload.cache.stats import hit_ratios
 from tierload.config import TierloadConfig
 

@@ -47,6 +47,14 @@ from tierload.cli.demo import demo  # noqa: E402 - commands register on the grou
 
 cli.add_command(demo)
 
+from tierload.cli.policy import policy  # noqa: E402
+
+cli.add_command(policy)
+
+from tierload.cli.bench import bench  # noqa: E402
+
+cli.add_command(bench)
+
 from tierload.cli.service import serve, status, stop  # noqa: E402
 
 for _command in (serve, status, stop):

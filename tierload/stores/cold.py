@@ -21,9 +21,17 @@ from typing import Any
 import fsspec
 
 from tierload.config import ColdConfig
-from tierload.errors import (BackendError, BucketNotFoundError, ConfigError, CredentialsExpiredError,
-                             EndpointUnreachableError, SourceChangedError, SourceNotFoundError, TierloadError,
-                             TransientBackendError)
+from tierload.errors import (
+    BackendError,
+    BucketNotFoundError,
+    ConfigError,
+    CredentialsExpiredError,
+    EndpointUnreachableError,
+    SourceChangedError,
+    SourceNotFoundError,
+    TierloadError,
+    TransientBackendError,
+)
 
 log = logging.getLogger(__name__)
 
