@@ -340,3 +340,26 @@ def test_the_node_cache_reconnects_to_a_restarted_coordinator(s3, bucket, tier_c
     dataset.set_epoch(1)
     assert sorted(indices(dataset)) == list(range(30))
     assert dataset.epoch_stats(1)["cold_bytes"] == 0
+
+
+def test_b05_forking_workers_while_another_thread_talks_to_the_cache(s3, bucket, tier_config, make_dataset):
+    """B05: DataLoader workers forked while another thread of the parent is inside a call to the
+    node cache must not inherit that call's lock (they would wait on it forever)."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 40, size=200)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(), layout="files", batch_size=4)
+    stop = threading.Event()
+
+    def monitor():
+        while not stop.is_set():
+            dataset.cache_stats()
+
+    thread = threading.Thread(target=monitor, daemon=True)
+    thread.start()
+    try:
+        for epoch in range(4):
+            dataset.set_epoch(epoch)
+            assert sorted(indices(dataset, num_workers=2, timeout=60)) == list(range(40))
+    finally:
+        stop.set()
+        thread.join(10)

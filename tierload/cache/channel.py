@@ -110,12 +110,23 @@ class ChannelClient:
         self._conn: Connection | None = None
         self._pid = -1
         self._lock = threading.Lock()
+        self._lock_pid = os.getpid()
 
     def __getstate__(self):
         return {"address": self.address, "authkey": self.authkey}
 
     def __setstate__(self, state):
         self.__init__(state["address"], state["authkey"])
+
+    def _process_lock(self) -> threading.Lock:
+        """This process's lock. A lock copied by fork may have been held by another thread of the
+        parent at that instant and would stay locked forever in the child, so each process
+        starts with a fresh one (and a fresh connection)."""
+        if self._lock_pid != os.getpid():
+            self._lock = threading.Lock()
+            self._lock_pid = os.getpid()
+            self._conn = None
+        return self._lock
 
     def _connection(self) -> Connection:
         if self._conn is None or self._pid != os.getpid():
@@ -130,7 +141,7 @@ class ChannelClient:
 
     def call(self, method: str, *args, **kwargs) -> Any:
         """Call ``method`` on the node cache and return its result (re-raising its error)."""
-        with self._lock:
+        with self._process_lock():
             conn = self._connection()
             try:
                 conn.send((False, method, args, kwargs))
@@ -144,7 +155,7 @@ class ChannelClient:
 
     def notify(self, method: str, *args, **kwargs) -> None:
         """Send a one-way call (no reply; errors are logged by the server)."""
-        with self._lock:
+        with self._process_lock():
             conn = self._connection()
             try:
                 conn.send((True, method, args, kwargs))
@@ -153,7 +164,7 @@ class ChannelClient:
                 raise ChannelLostError(f"the node cache at {self.address} went away during {method}: {exc}") from exc
 
     def close(self) -> None:
-        with self._lock:
+        with self._process_lock():
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
