@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass
-from typing import Hashable
+from typing import Hashable, Sequence
 
 from tierload.policies.base import Policy
 from tierload.policies.frequency import DecayingCounter
@@ -28,7 +28,7 @@ class Residency(enum.Enum):
     RESIDENT = "resident"
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Admission:
     """Outcome of :meth:`TierIndex.reserve`.
 
@@ -39,8 +39,17 @@ class Admission:
     """
 
     admitted: bool
-    victims: list
+    victims: Sequence
     reason: str = ""
+
+
+# Refusals carry no per-call data, so reserve() returns these instead of building new ones: a
+# tier that is full of equally useful blocks refuses most offers, millions per simulated trace.
+_PRESENT = Admission(False, (), "already present")
+_TOO_LARGE = Admission(False, (), "block exceeds the tier's capacity")
+_TOO_RARE = Admission(False, (), "access count below admit_min_count")
+_NO_VICTIMS = Admission(False, (), "the policy refused admission")
+_ADMITTED_NO_VICTIMS = Admission(True, ())
 
 
 class TierIndex:
@@ -104,28 +113,28 @@ class TierIndex:
             The admission decision; on success the victims are already out of the index.
         """
         if key in self.resident or key in self.reserved:
-            return Admission(False, [], "already present")
+            return _PRESENT
         if size > self.capacity_bytes:
             self.refusals += 1
-            return Admission(False, [], f"block of {size} bytes exceeds the tier's capacity")
+            return _TOO_LARGE
         if self.admit_min_count > 0 and self.counter.at_last_access(key) < self.admit_min_count:
             self.refusals += 1
-            return Admission(False, [], "access count below admit_min_count")
+            return _TOO_RARE
         need = self.used_bytes + size - self.capacity_bytes
-        victims: list = []
+        admission = _ADMITTED_NO_VICTIMS
         if need > 0:
             # pins.__contains__ is is_pinned without a Python frame: policies call it per candidate.
             chosen = self.policy.victims(key, size, need, self.resident, self.pins.__contains__, now)
             if chosen is None:
                 self.refusals += 1
-                return Admission(False, [], f"policy {self.policy.name} refused admission")
+                return _NO_VICTIMS
             for victim in chosen:
                 self.remove(victim)
-            victims = chosen
-            self.evictions += len(victims)
+            self.evictions += len(chosen)
+            admission = Admission(True, chosen)
         self.reserved[key] = size
         self.used_bytes += size
-        return Admission(True, victims)
+        return admission
 
     def commit(self, key: Hashable, now: float) -> None:
         """RESERVED -> RESIDENT (the block's file is complete)."""

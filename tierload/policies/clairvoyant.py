@@ -74,9 +74,17 @@ class ClairvoyantPolicy(Policy):
         self._admitted = itertools.count()
 
     def on_access(self, key: Key, now: float) -> None:
-        entry = self._live.get(key)
+        live = self._live
+        entry = live.get(key)
         if entry is not None:  # only residents, and only in heap mode, are in _live
-            self._push(key, entry[1])  # same admission order: ties still go oldest first
+            # _push written out (this runs for every hit): same admission order, so ties
+            # still go oldest first.
+            entry = (-self._next_use(key), entry[1], key)
+            live[key] = entry
+            heap = self._heap
+            heapq.heappush(heap, entry)
+            if len(heap) > 2 * len(live) + 64:
+                self._compact()
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         if self._next_use is not None:
@@ -90,8 +98,12 @@ class ClairvoyantPolicy(Policy):
         self._live[key] = entry
         heapq.heappush(self._heap, entry)
         if len(self._heap) > 2 * len(self._live) + 64:
-            self._heap = list(self._live.values())
-            heapq.heapify(self._heap)
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop stale heap entries (keeps memory bounded by live residents)."""
+        self._heap = list(self._live.values())
+        heapq.heapify(self._heap)
 
     def victims(self, key, size, need_bytes, resident, is_pinned, now):
         if self._next_use is not None:

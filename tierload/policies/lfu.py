@@ -35,6 +35,10 @@ class LFUPolicy(Policy):
         # an entry whose rank is out of date is replaced when it reaches the top (see _top).
         self._live: dict[Key, tuple[float, int, Key]] = {}
         self._tie = itertools.count()
+        if type(self)._rank is LFUPolicy._rank:
+            # The counter's own method in place of _rank's frame: _top calls it for every
+            # resident refreshed, about once per resident access.
+            self._rank = counter.score
 
     def _rank(self, key: Key) -> float:
         """Heap order of a resident (lowest is evicted first).

@@ -225,20 +225,19 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
     hot_clock, warm_clock = _clocks(trace)
     nexts = next_use(trace.block, trace.node) if clairvoyant else None
     length = len(trace)
-    advance = [oracle.advance for oracle in oracles]
     has_warm = warm is not None
     warm_resident = warm.resident if has_warm else {}
     hot_hits = warm_hits = cold_misses = cold_bytes = cold_gets = 0
     hot_promotions = hot_demotions = warm_promotions = warm_demotions = 0
 
-    def offer(key: int, now: float) -> None:
-        """Propose ``key`` for the warm tier, as a node's warm sync does."""
-        nonlocal warm_promotions, warm_demotions
-        admission = warm.reserve(key, sizes[key], now)
-        if admission.admitted:
-            warm.commit(key, now)
-            warm_promotions += 1
-            warm_demotions += len(admission.victims)
+    # Offering a block to the warm tier (as a node's warm sync proposes it) is written out at
+    # its two call sites below: it runs for most hot misses, and a call would cost a tenth of
+    # the replay.
+    warm_reserve = warm.reserve if has_warm else None
+    warm_commit = warm.commit if has_warm else None
+    # The oracles' next-use lists, written directly: what TraceOracle.advance does, without a
+    # call per access (heap-mode clairvoyant reads only next uses, never the position).
+    next_at = [oracle.next_at for oracle in oracles]
 
     started, cpu_started = time.perf_counter(), time.process_time()
     for done in range(0, length, PROGRESS_EVERY):
@@ -247,12 +246,12 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
         # Python lists of one chunk at a time: whole-trace lists of ints and floats would take
         # ~250 bytes per access (2.5 GB for 10M), and the loop reads them no faster.
         chunk = slice(done, done + PROGRESS_EVERY)
-        accesses = zip(range(done, min(done + PROGRESS_EVERY, length)), trace.block[chunk].tolist(),
+        accesses = zip(trace.block[chunk].tolist(),
                        trace.node[chunk].tolist(), hot_clock[chunk].tolist(), warm_clock[chunk].tolist(),
                        nexts[chunk].tolist() if clairvoyant else itertools.repeat(None))
-        for i, block, node, now, warm_now, upcoming in accesses:
+        for block, node, now, warm_now, upcoming in accesses:
             if clairvoyant:
-                advance[node](i, block, upcoming)
+                next_at[node][block] = upcoming
             if hot_counts:
                 hot_count[node](block, now)
             if hot_tells:
@@ -283,9 +282,17 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
                     if has_warm:  # demoted blocks first, then the fresh one: the order a node proposes them
                         for victim in admission.victims:
                             if victim not in warm_resident:
-                                offer(victim, warm_now)
+                                offered = warm_reserve(victim, sizes[victim], warm_now)
+                                if offered.admitted:
+                                    warm_commit(victim, warm_now)
+                                    warm_promotions += 1
+                                    warm_demotions += len(offered.victims)
             if from_cold and has_warm:
-                offer(block, warm_now)
+                offered = warm_reserve(block, size, warm_now)
+                if offered.admitted:
+                    warm_commit(block, warm_now)
+                    warm_promotions += 1
+                    warm_demotions += len(offered.victims)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     if progress is not None:
         progress(length, length)
