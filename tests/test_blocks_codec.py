@@ -77,6 +77,21 @@ def test_wire_codec_compresses_what_compresses_and_sends_the_rest_raw():
     assert codec.decode(empty) == b""
 
 
+@pytest.mark.parametrize("kind", ["text", "noise", "noise with a compressible tail"])
+def test_large_blocks_are_judged_by_a_sample_and_always_round_trip(kind):
+    size = 4 * codec.SAMPLE_MIN_BLOCK_BYTES
+    text = (b"the same few words again and again " * (size // 35 + 1))[:size]
+    noise = os.urandom(size)
+    data = {"text": text, "noise": noise,
+            # the last eighth compresses, but no sample chunk falls in it
+            "noise with a compressible tail": noise[:size - size // 8] + text[:size // 8]}[kind]
+    sent = codec.encode(data, level=3, min_ratio=1.1)
+    assert codec.decode(sent) == data
+    assert sent.codec == ("zstd" if kind == "text" else "raw")
+    if kind == "text":
+        assert sent.ratio > 5
+
+
 def test_wire_decode_rejects_size_mismatch():
     with pytest.raises(ValueError):
         codec.decode(codec.WirePayload("raw", b"abc", 4))

@@ -25,6 +25,10 @@ def run_scenario(name: str, workdir: Path) -> dict:
 def test_peers_serve_the_second_epoch_with_zero_cold_reads(tmp_path):
     """Each node's hot tier holds a third; warm is off. Epoch 2 comes from local hot tiers and peers."""
     result = run_scenario("peer", tmp_path)
+    for number, epoch in enumerate(result["epochs"], 1):
+        print(f"\npeer scenario, epoch {number}: per rank {epoch['per_rank']}, hot hits {epoch['hot_hits']}, "
+              f"peer hits {epoch['peer_hits']} ({epoch['peer_bytes']} B on the wire), cold GETs "
+              f"{epoch['cold_gets']} ({epoch['cold_bytes']} B)", end="")
     assert result["distinct_nodes"] == 3  # one cache actor and one trainer per node
     first, second = result["epochs"]
     for epoch in (first, second):
@@ -40,6 +44,9 @@ def test_a_node_lost_mid_epoch_leaves_the_survivors_exact(tmp_path):
     node's blocks come from warm or cold, nothing hangs, and the coordinator forgets the node."""
     result = run_scenario("node_loss", tmp_path)
     survivors = result["survivors"]
+    print(f"\nnode loss: survivors per rank {survivors['per_rank']} in {result['survivor_seconds']:.1f} s, "
+          f"warm hits {survivors['warm_hits']}, cold GETs {survivors['cold_gets']}; lost rank: {result['doomed']}; "
+          f"coordinator forgot {result['lost_node'] in result['coordinator']['forgotten_nodes']}", end="")
     assert survivors["seen"] == sorted(result["expected"][0] + result["expected"][1])
     assert survivors["per_rank"] == [30, 30]
     assert result["doomed"] != "finished"  # the third rank really died mid-epoch

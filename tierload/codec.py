@@ -59,8 +59,31 @@ def zstd_decompress(data: bytes, raw_size: int) -> bytes:
     return _decompressor().decompress(data, max_output_size=max(raw_size, 1))
 
 
+# Compressibility is judged from a sample before a large block is compressed whole: JPEG or
+# already-compressed Parquet would otherwise cost a full zstd pass per send (0.41 ms per
+# 256 KiB JPEG at level 3 here, a third of the node cache's CPU when the warm tier serves an
+# epoch) to learn that it does not compress. The same idea as Btrfs's compression heuristic
+# (fs/btrfs/compression.c), which samples an extent before compressing it.
+SAMPLE_CHUNK_BYTES = 8 * 1024
+SAMPLE_CHUNKS = 4
+SAMPLE_MIN_BLOCK_BYTES = 4 * SAMPLE_CHUNKS * SAMPLE_CHUNK_BYTES  # smaller blocks: compressed whole
+
+
+def _sample(data: bytes) -> bytes:
+    """:data:`SAMPLE_CHUNKS` chunks of :data:`SAMPLE_CHUNK_BYTES`, spread evenly over ``data``."""
+    step = len(data) // SAMPLE_CHUNKS
+    view = memoryview(data)
+    return b"".join(view[i * step:i * step + SAMPLE_CHUNK_BYTES] for i in range(SAMPLE_CHUNKS))
+
+
 def encode(data: bytes, level: int, min_ratio: float) -> WirePayload:
     """Compress ``data`` for the wire, or keep it raw when it does not compress.
+
+    A block of :data:`SAMPLE_MIN_BLOCK_BYTES` or more is first judged by a sample
+    (:func:`_sample`): if the sample compresses by less than ``sqrt(min_ratio)`` (a margin,
+    since a small sample compresses a little worse than the whole), the block is sent raw
+    without a full pass. A block whose only compressible parts the sample misses is then sent
+    raw: its bytes are still exact, only the transfer is larger.
 
     Args:
         data: Raw block bytes.
@@ -69,6 +92,10 @@ def encode(data: bytes, level: int, min_ratio: float) -> WirePayload:
     """
     if len(data) < 64:
         return WirePayload("raw", bytes(data), len(data))
+    if len(data) >= SAMPLE_MIN_BLOCK_BYTES:
+        sample = _sample(data)
+        if len(sample) < min_ratio ** 0.5 * len(zstd_compress(sample, level)):
+            return WirePayload("raw", bytes(data), len(data))
     packed = zstd_compress(data, level)
     if len(data) >= min_ratio * len(packed):
         return WirePayload("zstd", packed, len(data))

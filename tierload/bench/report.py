@@ -68,7 +68,7 @@ def table(report: dict[str, Any]) -> str:
     machine, workload, link, probe = report["machine"], report["workload"], report["link"], report["probe"]
     data = report["dataset"]
     lines = [
-        f"machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB, {machine['gpu']} GPU; "
+        f"machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB, GPU: {machine['gpu']}; "
         f"Python {machine['python']}, torch {machine['torch']}"
         + (f"; peers env: {', '.join(f'{k} {v}' for k, v in report['peer_versions'].items())}"
            if report.get("peer_versions") else ""),
