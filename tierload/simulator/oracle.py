@@ -29,9 +29,11 @@ def next_use(block: np.ndarray, node: np.ndarray | None = None) -> np.ndarray:
 class TraceOracle:
     """Next uses of blocks as one node walks its trace: a positional oracle for ClairvoyantPolicy.
 
-    The simulator calls :meth:`advance` at every access, before the tier hears of it, so
-    the accessed block's next use moves on and every other block's stays put (which is what
-    lets :class:`tierload.policies.clairvoyant.ClairvoyantPolicy` keep a heap).
+    At every access, before the tier hears of it, the accessed block's next use moves on
+    (:meth:`advance`) and every other block's stays put, which is what lets
+    :class:`tierload.policies.clairvoyant.ClairvoyantPolicy` keep a heap. The simulator's loop
+    writes :attr:`next_at` itself, without the call; in heap mode only next uses are read,
+    never :attr:`position` (which :meth:`distances` needs, and only :meth:`advance` keeps).
 
     Args:
         num_blocks: Blocks in the trace (keys are block indices ``0 .. num_blocks - 1``).
