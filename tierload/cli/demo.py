@@ -33,7 +33,10 @@ def demo(layout: str, epochs: int, num_workers: int, batch_size: int) -> None:
     def on_setup(setup: dict) -> None:
         click.echo(f"local S3 at {setup['endpoint']}; {setup['train_samples']} training and "
                    f"{setup['test_samples']} held-out digits as {setup['layout']} "
-                   f"({setup['blocks']} blocks, {format_bytes(setup['train_bytes'])})")
+                   f"({setup['blocks']} blocks, {format_bytes(setup['block_bytes'])}"
+                   # Parquet footers and metadata are objects' bytes but no block's
+                   + (f" of {format_bytes(setup['train_bytes'])} in objects)"
+                      if setup['block_bytes'] != setup['train_bytes'] else ")"))
         click.echo(f"hot tier {format_bytes(setup['hot_capacity_bytes'])}, warm tier "
                    f"{format_bytes(setup['warm_capacity_bytes'])} (both smaller than the data set); "
                    f"DataLoader num_workers={setup['num_workers']}")
@@ -41,7 +44,8 @@ def demo(layout: str, epochs: int, num_workers: int, batch_size: int) -> None:
     def on_batch(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=total, desc="training", unit="batch", leave=False)
+            # disable=None: no bar when stdout is not a terminal (logs keep only the table)
+            bar = tqdm(total=total, desc="training", unit="batch", leave=False, disable=None)
         bar.update(1)
         if done == total:
             bar.close()

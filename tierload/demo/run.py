@@ -117,7 +117,9 @@ def run_demo(layout: str = "imagefolder", epochs: int = 3, num_workers: int = 2,
             if on_setup is not None:
                 on_setup({"endpoint": s3.endpoint_url, "layout": layout, "train_samples": len(train),
                           "test_samples": len(test_y), "train_bytes": train_bytes,
-                          "blocks": len(train.manifest.blocks), "hot_capacity_bytes": config.hot.capacity_bytes,
+                          "blocks": len(train.manifest.blocks),
+                          "block_bytes": sum(block.length for block in train.manifest.blocks),
+                          "hot_capacity_bytes": config.hot.capacity_bytes,
                           "warm_capacity_bytes": config.warm.capacity_bytes, "num_workers": num_workers})
             model = DigitsCNN()
             optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
