@@ -70,3 +70,9 @@ def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None
     paths = bench_report.write(result, Path(out_dir))
     click.echo(bench_report.table(result))
     click.echo(f"\nwrote {paths['json']}, {paths['png']} and {paths['txt']} in {result['wall_s']:.0f} s")
+    # A peer that fails is a finding, reported in the table; tierload failing, or anything
+    # failing in the CI smoke run, must turn the exit status red.
+    broken = [name for name, entry in result["contenders"].items()
+              if entry.get("status") == "failed" and (quick or name.startswith("tierload"))]
+    if broken:
+        raise click.ClickException(f"contender(s) failed: {', '.join(broken)} (reasons in {paths['json']})")
