@@ -80,11 +80,10 @@ def decode_image(data: bytes) -> torch.Tensor:
         if image.mode not in ("L", "RGB", "RGBA"):
             image = image.convert("RGB")
         array = np.asarray(image, dtype=np.uint8)
-    if array.ndim == 2:
-        array = array[None, :, :]
-    else:
-        array = np.ascontiguousarray(array.transpose(2, 0, 1))
-    return torch.from_numpy(array.copy())
+    array = array[None, :, :] if array.ndim == 2 else array.transpose(2, 0, 1)
+    # Exactly one copy, into C-order (H, W, C) -> (C, H, W): it also makes the tensor writable
+    # (PIL's buffer is read-only). A second copy cost ~3% of a 704x704 JPEG's decode.
+    return torch.from_numpy(np.array(array, dtype=np.uint8, order="C", copy=True))
 
 
 class ImageDecoder:
