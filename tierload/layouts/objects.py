@@ -82,7 +82,7 @@ def decode_image(data: bytes) -> torch.Tensor:
         array = np.asarray(image, dtype=np.uint8)
     array = array[None, :, :] if array.ndim == 2 else array.transpose(2, 0, 1)
     # Exactly one copy, into C-order (H, W, C) -> (C, H, W): it also makes the tensor writable
-    # (PIL's buffer is read-only). A second copy cost ~3% of a 704x704 JPEG's decode.
+    # (PIL's buffer is read-only); a second copy would move another 1.5 MB for a 704x704 RGB image.
     return torch.from_numpy(np.array(array, dtype=np.uint8, order="C", copy=True))
 
 
