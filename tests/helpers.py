@@ -35,10 +35,10 @@ def index_of(sample) -> int:
     return int(bytes(sample[:8]).decode())
 
 
-def tier_bytes(path: Path) -> int:
-    """Bytes of the block files (complete and temporary) under a tier directory.
+def _block_file_sizes(path: Path) -> dict[int, int]:
+    """``{inode: size}`` of the block files (complete and temporary) under a tier directory.
 
-    Counted by inode, because a temporary file renamed into place during the walk would
+    Keyed by inode, because a temporary file renamed into place during the walk would
     otherwise be counted twice; the node cache's published endpoint is not a block.
     """
     sizes = {}
@@ -51,21 +51,16 @@ def tier_bytes(path: Path) -> int:
             except FileNotFoundError:
                 continue
             sizes[info.st_ino] = info.st_size
-    return sum(sizes.values())
+    return sizes
+
+
+def tier_bytes(path: Path) -> int:
+    """Bytes of the block files (complete and temporary) under a tier directory."""
+    return sum(_block_file_sizes(path).values())
 
 
 def _files(path: Path) -> frozenset:
-    found = set()
-    for root, _dirs, files in os.walk(path):
-        for file in files:
-            if file == ENDPOINT_FILE:
-                continue
-            try:
-                info = os.stat(os.path.join(root, file))
-            except FileNotFoundError:
-                continue
-            found.add((info.st_ino, info.st_size))
-    return frozenset(found)
+    return frozenset(_block_file_sizes(path).items())
 
 
 class TierUsage:

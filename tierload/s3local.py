@@ -27,6 +27,20 @@ server.stop()
 CREDENTIALS = {"key": "tierload-local", "secret": "tierload-local-secret"}
 
 
+def stop_child(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Stop a server child that exits when its stdin closes; kill it after ``timeout_s`` seconds.
+
+    Closing stdin (not a signal) lets the child shut its server down cleanly, and a child
+    whose parent died sees EOF the same way, so it never outlives us.
+    """
+    try:
+        proc.stdin.close()
+        proc.wait(timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+
+
 class LocalS3:
     """moto's S3 server on 127.0.0.1.
 
@@ -88,12 +102,7 @@ class LocalS3:
 
     def stop(self) -> None:
         if self._proc is not None:
-            try:
-                self._proc.stdin.close()
-                self._proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
-                self._proc.wait()
+            stop_child(self._proc)
             self._proc = None
 
     def __enter__(self) -> "LocalS3":

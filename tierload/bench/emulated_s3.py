@@ -42,6 +42,8 @@ import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from tierload.s3local import stop_child
+
 CHUNK_BYTES = 64 * 1024
 BURST_S = 0.010
 CONTROL_PREFIX = "/__bench__/"
@@ -248,12 +250,7 @@ class EmulatedS3:
 
     def stop(self) -> None:
         if self._proc is not None:
-            try:
-                self._proc.stdin.close()
-                self._proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
-                self._proc.wait()
+            stop_child(self._proc)
             self._proc = None
         if self._stderr is not None:
             self._stderr.close()

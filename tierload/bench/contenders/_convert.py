@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 from tierload.bench.contenders import Context
+from tierload.bench.workload import decode_jpeg
 
 MIB = 2**20
 
@@ -31,3 +32,12 @@ def read_sources(ctx: Context, indices: list[int] | None = None, threads: int = 
     with ThreadPoolExecutor(threads) as pool:
         for index, data in zip(indices, pool.map(fs.cat_file, paths)):
             yield data, dataset.labels[index]
+
+
+class DecodedItems:
+    """Mixin for a peer's streaming dataset whose items are ``{"image": JPEG bytes, "label": int}``
+    (what :func:`read_sources` feeds the converters): yields ``(uint8 (3, H, W) tensor, label)``."""
+
+    def __getitem__(self, index):
+        item = super().__getitem__(index)
+        return decode_jpeg(item["image"]), int(item["label"])

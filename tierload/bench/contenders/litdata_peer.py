@@ -13,9 +13,8 @@ import os
 import time
 
 from tierload.bench.contenders import Context
-from tierload.bench.contenders._convert import read_sources, shard_bytes
+from tierload.bench.contenders._convert import DecodedItems, read_sources, shard_bytes
 from tierload.bench.loop import run_epochs
-from tierload.bench.workload import decode_jpeg
 
 BATCH = 64
 _CTX: Context | None = None  # set in the converting process; optimize() forks its workers
@@ -58,10 +57,8 @@ def convert(ctx: Context) -> dict:
 def run(ctx: Context) -> dict:
     from litdata import StreamingDataLoader, StreamingDataset
 
-    class Decoded(StreamingDataset):
-        def __getitem__(self, index):
-            item = super().__getitem__(index)
-            return decode_jpeg(item["image"]), int(item["label"])
+    class Decoded(DecodedItems, StreamingDataset):
+        pass
 
     _allow_http()
     started = time.perf_counter()

@@ -24,9 +24,8 @@ import tempfile
 import time
 
 from tierload.bench.contenders import Context
-from tierload.bench.contenders._convert import read_sources, shard_bytes
+from tierload.bench.contenders._convert import DecodedItems, read_sources, shard_bytes
 from tierload.bench.loop import run_epochs
-from tierload.bench.workload import decode_jpeg
 
 
 def remote(ctx: Context) -> str:
@@ -72,10 +71,8 @@ def run(ctx: Context) -> dict:
     from streaming.base.util import clean_stale_shared_memory
     from torch.utils.data import DataLoader
 
-    class Decoded(StreamingDataset):
-        def __getitem__(self, index):
-            item = super().__getitem__(index)
-            return decode_jpeg(item["image"]), int(item["label"])
+    class Decoded(DecodedItems, StreamingDataset):
+        pass
 
     started = time.perf_counter()
     clean_stale_shared_memory()
