@@ -18,9 +18,10 @@ import os
 import platform
 import time
 
+from tierload.policies.registry import policy_names
 from tierload.simulator import DatasetShape, JobSpec, StackSpec, job_trace, min_hits, simulate
 
-HOT_POLICIES = ("clairvoyant", "keep", "lfu", "lfu-size", "lru")
+HOT_POLICIES = policy_names("hot")
 
 
 def main() -> None:

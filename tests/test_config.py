@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from tierload.config import load_config
+from tierload.config import TierloadConfig, build_config, load_config, packaged_default_yaml
 from tierload.errors import CapacityParseError, ConfigError
 from tierload.units import format_bytes, parse_bytes
 
@@ -29,11 +30,21 @@ def test_format_bytes():
     assert format_bytes(1536) == "1.5 KiB" and format_bytes(10) == "10 B"
 
 
-def test_defaults_come_from_the_packaged_yaml():
-    config = load_config()
-    assert config.policy.hot.eviction == "clairvoyant"
-    assert config.hot.capacity_bytes == 2 * 2**30
-    assert config.cold.max_request_bytes == 64 * 2**20
+def _key_paths(data, prefix=()) -> set[tuple[str, ...]]:
+    paths = set()
+    for key, value in data.items():
+        paths.add((*prefix, key))
+        if isinstance(value, dict):
+            paths |= _key_paths(value, (*prefix, key))
+    return paths
+
+
+def test_the_packaged_yaml_states_exactly_the_models_defaults():
+    """The models are the one source of defaults; configs/default.yaml is their commented copy."""
+    documented = yaml.safe_load(packaged_default_yaml())
+    assert build_config(documented) == TierloadConfig()
+    assert _key_paths(documented) == _key_paths(TierloadConfig().to_dict())  # every key, none extra
+    assert load_config(environ={}) == TierloadConfig()
 
 
 def test_every_bad_value_is_reported_at_once_with_its_key():
@@ -56,6 +67,10 @@ def test_precedence_explicit_over_env_over_yaml_over_default(tmp_path):
     yaml_file = tmp_path / "policy.yaml"
     yaml_file.write_text("hot:\n  capacity_bytes: 1GiB\nprefetch:\n  depth_blocks: 10\n  concurrency: 3\n")
     env = {"TIERLOAD_PREFETCH__DEPTH_BLOCKS": "20", "TIERLOAD_PREFETCH__CONCURRENCY": "4"}
+    defaults = TierloadConfig()
+    # Every layer's value differs from the layers below it, so each assertion can fail.
+    assert defaults.hot.capacity_bytes != 2**30 and defaults.prefetch.depth_blocks not in (10, 20)
+    assert defaults.prefetch.concurrency not in (3, 4, 5)
     config = load_config(yaml_file, overrides={"prefetch": {"concurrency": 5}}, environ=env)
     assert config.hot.capacity_bytes == 2**30            # YAML over default
     assert config.prefetch.depth_blocks == 20            # env over YAML, parsed to int

@@ -1,8 +1,11 @@
 """Configuration: frozen pydantic models, and the one function that resolves precedence.
 
 Precedence, highest first: explicit arguments > ``TIERLOAD_*`` environment > YAML file >
-the embedded ``configs/default.yaml``. Environment variables name a nested key with double
-underscores (``TIERLOAD_HOT__CAPACITY_BYTES=4GiB``) and are parsed to the field's type.
+defaults. Environment variables name a nested key with double underscores
+(``TIERLOAD_HOT__CAPACITY_BYTES=4GiB``) and are parsed to the field's type.
+
+The defaults live in one place: the models below. ``configs/default.yaml`` is their commented
+copy for people to read and start from; a test checks it states exactly these values.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from tierload.errors import ConfigError
+from tierload.layouts.registry import LAYOUT_NAMES
+from tierload.policies.registry import POLICIES, POLICY_NAMES, policy_names
 from tierload.units import parse_bytes
 
 ENV_PREFIX = "TIERLOAD_"
-HOT_POLICIES = ("clairvoyant", "keep", "lfu", "lfu-size", "lru")
-WARM_POLICIES = ("keep", "lfu", "lfu-size", "lru")
 
 
 class _Frozen(BaseModel):
@@ -46,9 +49,9 @@ class ColdConfig(_Frozen):
     anon: bool = False
     storage_options: dict[str, Any] = Field(default_factory=dict)
     max_request_bytes: int = 64 * 2**20
-    connect_timeout_s: float = Field(5.0, gt=0)
-    read_timeout_s: float = Field(60.0, gt=0)
-    max_attempts: int = Field(3, ge=1, le=20)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    read_timeout_s: float = Field(default=60.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1, le=20)
     credential_provider: str | None = None
 
     _parse_sizes = field_validator("max_request_bytes", mode="before")(_bytes_field)
@@ -90,8 +93,8 @@ class HotConfig(_Frozen):
     dir: str = "/tmp/tierload-hot"
     capacity_bytes: int = 2 * 2**30
     ram_capacity_bytes: int = 0
-    peer_copy_min_count: float = Field(3.0, ge=0)
-    peer_timeout_s: float = Field(10.0, gt=0)
+    peer_copy_min_count: float = Field(default=3.0, ge=0)
+    peer_timeout_s: float = Field(default=10.0, gt=0)
 
     _parse_sizes = field_validator("capacity_bytes", "ram_capacity_bytes", mode="before")(_bytes_field)
 
@@ -99,9 +102,9 @@ class HotConfig(_Frozen):
 class PrefetchConfig(_Frozen):
     """How far ahead of the training loop the node cache fetches."""
 
-    depth_blocks: int = Field(64, ge=0)
+    depth_blocks: int = Field(default=64, ge=0)
     depth_bytes: int = 256 * 2**20
-    concurrency: int = Field(16, ge=1, le=512)
+    concurrency: int = Field(default=16, ge=1, le=512)
 
     _parse_sizes = field_validator("depth_bytes", mode="before")(_bytes_field)
 
@@ -109,8 +112,8 @@ class PrefetchConfig(_Frozen):
 class WireConfig(_Frozen):
     """Compression of block bytes that travel between processes."""
 
-    zstd_level: int = Field(3, ge=-7, le=22)
-    min_ratio: float = Field(1.1, ge=1.0)
+    zstd_level: int = Field(default=3, ge=-7, le=22)
+    min_ratio: float = Field(default=1.1, ge=1.0)
 
 
 class TierPolicyConfig(_Frozen):
@@ -120,7 +123,7 @@ class TierPolicyConfig(_Frozen):
     """
 
     eviction: str
-    admit_min_count: float = Field(1.0, ge=0)
+    admit_min_count: float = Field(default=1.0, ge=0)
     get_cost_bytes: int = 2**20
 
     _parse_sizes = field_validator("get_cost_bytes", mode="before")(_bytes_field)
@@ -128,8 +131,8 @@ class TierPolicyConfig(_Frozen):
     @field_validator("eviction")
     @classmethod
     def _known_policy(cls, value: str) -> str:
-        if value not in HOT_POLICIES:  # the hot tier's policies are a superset of the warm tier's
-            raise ValueError(f"unknown policy {value!r}; choose one of {', '.join(HOT_POLICIES)}")
+        if value not in POLICIES:  # which tier may run it is checked by the section holding it
+            raise ValueError(f"unknown policy {value!r}; choose one of {', '.join(POLICY_NAMES)}")
         return value
 
 
@@ -137,7 +140,7 @@ class DecayConfig(_Frozen):
     """Aging of access counts: an access weighs half as much ``half_life`` units later."""
 
     unit: Literal["epoch", "second"] = "epoch"
-    half_life: float = Field(4.0, gt=0)
+    half_life: float = Field(default=4.0, gt=0)
 
 
 class PolicyConfig(_Frozen):
@@ -150,11 +153,13 @@ class PolicyConfig(_Frozen):
     @field_validator("warm")
     @classmethod
     def _warm_policy(cls, value: TierPolicyConfig) -> TierPolicyConfig:
-        if value.eviction not in WARM_POLICIES:
+        allowed = policy_names("warm")
+        if value.eviction not in allowed:
             # Raised as a ValidationError located at warm.eviction (a ValueError here would point
             # at the whole warm section); pydantic prefixes the location with this field's.
+            hot_only = [name for name in POLICY_NAMES if name not in allowed]
             message = (f"policy {value.eviction!r} cannot run the warm tier; choose one of "
-                       f"{', '.join(WARM_POLICIES)} (clairvoyant needs a known access order, which only "
+                       f"{', '.join(allowed)} ({', '.join(hot_only)} needs a known access order, which only "
                        "a node's hot tier has)")
             raise ValidationError.from_exception_data("TierPolicyConfig", [
                 {"type": PydanticCustomError("value_error", message), "loc": ("eviction",), "input": value.eviction}])
@@ -165,7 +170,7 @@ class ManifestConfig(_Frozen):
     """How the dataset is described from a listing of the cold prefix."""
 
     cache_dir: str = "~/.cache/tierload/manifests"
-    layout: Literal["auto", "imagefolder", "parquet", "files", "webdataset", "npy"] = "auto"
+    layout: str = "auto"  # "auto" or a name in tierload.layouts.registry
     extensions: tuple[str, ...] = (".png", ".jpg", ".jpeg")
     label_column: str | None = "label"
     exclude: tuple[str, ...] = ("_SUCCESS", "_common_metadata", "_metadata")
@@ -173,6 +178,13 @@ class ManifestConfig(_Frozen):
     block_bytes: int = 64 * 2**20
 
     _parse_sizes = field_validator("block_bytes", mode="before")(_bytes_field)
+
+    @field_validator("layout")
+    @classmethod
+    def _known_layout(cls, value: str) -> str:
+        if value != "auto" and value not in LAYOUT_NAMES:
+            raise ValueError(f"unknown layout {value!r}; choose one of auto, {', '.join(LAYOUT_NAMES)}")
+        return value
 
     @field_validator("block_bytes")
     @classmethod
@@ -187,7 +199,7 @@ class RayConfig(_Frozen):
 
     address: str | None = None
     namespace: str = "tierload"
-    num_cpus: int | None = Field(None, ge=1)
+    num_cpus: int | None = Field(default=None, ge=1)
     object_store_memory_bytes: int = 256 * 2**20
 
     _parse_sizes = field_validator("object_store_memory_bytes", mode="before")(_bytes_field)
@@ -211,9 +223,13 @@ class TierloadConfig(_Frozen):
 
 
 def default_config_dict() -> dict[str, Any]:
-    """The embedded defaults, read from the packaged ``configs/default.yaml``."""
-    text = resources.files("tierload.configs").joinpath("default.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text) or {}
+    """The defaults: the models' own, in plain-data form."""
+    return TierloadConfig().to_dict()
+
+
+def packaged_default_yaml() -> str:
+    """The text of the packaged ``configs/default.yaml`` (the defaults, commented)."""
+    return resources.files("tierload.configs").joinpath("default.yaml").read_text(encoding="utf-8")
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
@@ -325,7 +341,7 @@ def _key_lines(text: str) -> tuple[dict[tuple[str, ...], int], list[tuple[int, s
 
 
 def check_config_file(path: str | os.PathLike) -> tuple[TierloadConfig | None, list[str]]:
-    """Validate a YAML config file merged over the embedded defaults, finding every problem.
+    """Validate a YAML config file merged over the defaults, finding every problem.
 
     Unlike :func:`load_config`, this reads no environment and does not stop at the first
     problem: YAML syntax, duplicate keys, unknown keys and invalid values are all reported.
@@ -363,7 +379,7 @@ def check_config_file(path: str | os.PathLike) -> tuple[TierloadConfig | None, l
     try:
         config = TierloadConfig.model_validate(deep_merge(default_config_dict(), data))
     except ValidationError as exc:
-        for error, message in zip(exc.errors(), validation_messages(exc)):
+        for error, message in zip(exc.errors(), validation_messages(exc), strict=False):
             loc = tuple(str(part) for part in error["loc"])
             found = next((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
             problems.append((lines[found], message) if found else (0, message))
@@ -386,7 +402,7 @@ def load_config(source: "TierloadConfig | Mapping[str, Any] | str | os.PathLike 
 
     Args:
         source: A ready :class:`TierloadConfig` (returned with only ``overrides`` applied), a
-            mapping of settings, a path to a YAML file, or ``None`` for the embedded defaults.
+            mapping of settings, a path to a YAML file, or ``None`` for the defaults.
         overrides: Explicit settings (nested mapping); they win over everything else.
         environ: Environment to read ``TIERLOAD_*`` variables from (default ``os.environ``).
 

@@ -37,7 +37,8 @@ from tierload.cache.consumer import BlockReader, DirectSource, NodeLink
 from tierload.config import TierloadConfig, load_config
 from tierload.errors import ConfigError, ServiceError, StreamNotOpenError
 from tierload.gpu import DeviceOutput
-from tierload.manifest import LAYOUTS, Manifest, cache_path, load_manifest
+from tierload.layouts.registry import LAYOUT_NAMES
+from tierload.manifest import Manifest, cache_path, load_manifest
 from tierload.order import (
     SHUFFLE_MODES,
     epoch_order,
@@ -118,8 +119,8 @@ class TieredDataset(IterableDataset):
             raise ConfigError(f"shuffle={shuffle!r}; use True/False or one of {', '.join(SHUFFLE_MODES)}")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ConfigError(f"batch_size={batch_size!r}; it must be a positive int or None")
-        if layout is not None and layout not in LAYOUTS:
-            raise ConfigError(f"layout={layout!r}; choose one of {', '.join(LAYOUTS)} or None")
+        if layout is not None and layout not in LAYOUT_NAMES:
+            raise ConfigError(f"layout={layout!r}; choose one of {', '.join(LAYOUT_NAMES)} or None")
         if world_size is not None and (world_size < 1 or rank is None or not 0 <= rank < world_size):
             raise ConfigError(f"rank={rank!r}, world_size={world_size!r}; need 0 <= rank < world_size")
         if window_blocks < 1:

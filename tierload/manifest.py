@@ -23,12 +23,12 @@ import xxhash
 from tierload.blocks import Block
 from tierload.config import ManifestConfig
 from tierload.errors import ManifestError
-from tierload.layouts.base import BlockDecoder, LayoutPlan
+from tierload.layouts.base import BlockDecoder
+from tierload.layouts.registry import LAYOUTS, layout_spec
 from tierload.stores.cold import ColdSource, ObjectInfo
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
-LAYOUTS = ("imagefolder", "parquet", "files", "webdataset", "npy")
 
 
 def _encode_array(array: np.ndarray) -> dict[str, str]:
@@ -45,7 +45,7 @@ class Manifest:
 
     Attributes:
         url: The dataset prefix URL in the cold tier.
-        layout: One of :data:`LAYOUTS`.
+        layout: A name in :data:`tierload.layouts.registry.LAYOUTS`.
         blocks: Every block (see :class:`tierload.blocks.Block`).
         sample_block: int32 (num_samples,): block index of each sample.
         sample_index: int32 (num_samples,): position of each sample inside its block.
@@ -88,24 +88,8 @@ class Manifest:
         return self._dataset_id
 
     def decoder(self, label_column: str | None = "label", columns: list[str] | None = None) -> BlockDecoder:
-        """The block decoder for this layout."""
-        from tierload.layouts.objects import ImageDecoder, RawDecoder
-
-        if self.layout == "imagefolder":
-            return ImageDecoder(self.labels)
-        if self.layout == "files":
-            return RawDecoder(self.labels)
-        if self.layout == "webdataset":
-            from tierload.layouts.webdataset import WebDatasetDecoder
-
-            return WebDatasetDecoder()
-        if self.layout == "npy":
-            from tierload.layouts.npy import NpyDecoder
-
-            return NpyDecoder(self.extra)
-        from tierload.layouts.parquet import ParquetDecoder
-
-        return ParquetDecoder(self.extra, [b.offset for b in self.blocks], label_column, columns)
+        """The block decoder for this layout (see :mod:`tierload.layouts.registry`)."""
+        return layout_spec(self.layout).decoder(self, label_column, columns)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -125,7 +109,7 @@ class Manifest:
             raise ManifestError(f"cached manifest has format {data.get('format')!r}, expected {FORMAT_VERSION}")
         columns = data["blocks"]
         blocks = [Block(*row) for row in zip(columns["key"], columns["url"], columns["version"],
-                                             columns["offset"], columns["length"])]
+                                             columns["offset"], columns["length"], strict=False)]
         return cls(url=data["url"], layout=data["layout"], blocks=blocks,
                    sample_block=_decode_array(data["sample_block"]), sample_index=_decode_array(data["sample_index"]),
                    labels=_decode_array(data["labels"]), classes=data["classes"], extra=data["extra"],
@@ -135,9 +119,9 @@ class Manifest:
 def detect_layout(objects: list[ObjectInfo], config: ManifestConfig) -> str:
     """Pick the layout from what the listing holds (``manifest.layout: auto``)."""
     names = [obj.url.lower() for obj in objects if obj.size > 0]
-    for suffix, layout in ((".parquet", "parquet"), (".tar", "webdataset"), (".npy", "npy")):
-        if names and all(name.endswith(suffix) for name in names):
-            return layout
+    for spec in LAYOUTS.values():
+        if names and spec.suffix is not None and all(name.endswith(spec.suffix) for name in names):
+            return spec.name
     if any(name.endswith(tuple(config.extensions)) for name in names):
         return "imagefolder"
     return "files"
@@ -149,36 +133,20 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
     Args:
         source: The cold tier under the dataset prefix.
         config: Manifest settings.
-        layout: Overrides ``config.layout``; one of :data:`LAYOUTS` or ``auto``.
+        layout: Overrides ``config.layout``; a name in :data:`tierload.layouts.registry.LAYOUTS`, or
+            ``auto``.
 
     Raises:
         ManifestError: Unknown layout or nothing to read.
         BackendError: The listing failed (unreachable endpoint, missing bucket ...).
     """
-    from tierload.layouts.npy import plan_npy
-    from tierload.layouts.objects import plan_objects
-    from tierload.layouts.parquet import plan_parquet
-    from tierload.layouts.webdataset import plan_webdataset
-
     objects = source.list_objects(exclude=tuple(config.exclude))
     if not objects:
         raise ManifestError("the prefix holds no objects", tier="cold", url=source.url)
     chosen = layout or config.layout
     if chosen == "auto":
         chosen = detect_layout(objects, config)
-    if chosen == "imagefolder":
-        plan: LayoutPlan = plan_objects(source.url, objects, extensions=tuple(e.lower() for e in config.extensions),
-                                        skip_empty=True)
-    elif chosen == "files":
-        plan = plan_objects(source.url, objects, extensions=None, skip_empty=False)
-    elif chosen == "parquet":
-        plan = plan_parquet(source, objects, block_bytes=config.block_bytes)
-    elif chosen == "webdataset":
-        plan = plan_webdataset(source, objects, block_bytes=config.block_bytes)
-    elif chosen == "npy":
-        plan = plan_npy(source, objects, block_bytes=config.block_bytes)
-    else:
-        raise ManifestError(f"unknown layout {chosen!r}; choose one of auto, {', '.join(LAYOUTS)}")
+    plan = layout_spec(chosen).plan(source, objects, config)
     log.info("manifest of %s: %d objects -> %d blocks, %d samples (%s)", source.url, len(objects),
              len(plan.blocks), len(plan.sample_block), chosen)
     return Manifest(url=source.url, layout=chosen, blocks=plan.blocks, sample_block=plan.sample_block,

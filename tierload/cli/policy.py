@@ -7,9 +7,12 @@ import sys
 
 import click
 
-from tierload.config import HOT_POLICIES, WARM_POLICIES
 from tierload.errors import ConfigError
+from tierload.policies.registry import POLICIES, policy_names
 from tierload.units import parse_bytes
+
+HOT_POLICIES = policy_names("hot")
+WARM_POLICIES = policy_names("warm")
 
 
 class _Capacity(click.ParamType):
@@ -65,6 +68,13 @@ def _checked(file: str, consequence: str = ""):
 @click.group()
 def policy() -> None:
     """Show, check, simulate and apply tier policies (YAML files like those in configs/)."""
+
+
+@policy.command(name="list")
+def list_policies() -> None:
+    """List the eviction policies, the tiers that may run them, and what each does."""
+    for spec in POLICIES.values():
+        click.echo(f"{spec.name:<12} {'/'.join(spec.tiers):<9} {spec.description}")
 
 
 @policy.command()

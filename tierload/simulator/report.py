@@ -7,12 +7,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tierload.config import HOT_POLICIES, WARM_POLICIES
 from tierload.errors import ConfigError
+from tierload.policies.registry import policy_names
 from tierload.simulator.belady import MinResult, min_hits
 from tierload.simulator.run import SimResult, StackSpec, simulate
 from tierload.simulator.trace import Progress, Trace
 from tierload.units import format_bytes
+
+HOT_POLICIES = policy_names("hot")
+WARM_POLICIES = policy_names("warm")
 
 
 @dataclass

@@ -24,15 +24,16 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
 from tierload.config import TierloadConfig
 from tierload.errors import ConfigError
 from tierload.policies.base import Policy
+from tierload.policies.clairvoyant import NextUseOracle
 from tierload.policies.frequency import DecayingCounter
-from tierload.policies.registry import make_policy
+from tierload.policies.registry import make_policy, policy_spec
 from tierload.simulator.oracle import TraceOracle, next_use
 from tierload.simulator.trace import PROGRESS_EVERY, Progress, Trace
 from tierload.tierindex import TierIndex
@@ -167,7 +168,7 @@ def _counts_matter(policy: str, admit_min_count: float) -> bool:
     Only the frequency policies and an admission threshold above one access do: right after
     an access a block's count is at least 1, so ``admit_min_count <= 1`` always passes.
     """
-    return policy in ("lfu", "lfu-size") or admit_min_count > 1.0
+    return policy_spec(policy).reads_counts or admit_min_count > 1.0
 
 
 def _tier(name: str, capacity_bytes: int, policy_name: str, admit_min_count: float, spec: StackSpec,
@@ -178,7 +179,9 @@ def _tier(name: str, capacity_bytes: int, policy_name: str, admit_min_count: flo
     for each access), bound once because they run for every access.
     """
     counter = DecayingCounter(spec.half_life)
-    policy = make_policy(policy_name, counter=counter, oracle=oracle, get_cost_bytes=get_cost_bytes)
+    # A TraceOracle's keys are block indices, the keys this simulator's tiers use.
+    policy = make_policy(policy_name, counter=counter, oracle=cast("NextUseOracle | None", oracle),
+                         get_cost_bytes=get_cost_bytes)
     on_access = None if type(policy).on_access is Policy.on_access else policy.on_access
     if _counts_matter(policy_name, admit_min_count):
         return TierIndex(name, capacity_bytes, policy, counter, admit_min_count), counter.add, on_access
@@ -187,7 +190,7 @@ def _tier(name: str, capacity_bytes: int, policy_name: str, admit_min_count: flo
     return TierIndex(name, capacity_bytes, policy, counter, 0.0), None, on_access
 
 
-def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) -> SimResult:
+def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) -> SimResult:  # noqa: C901
     """Replay ``trace`` through the tiers of ``spec``.
 
     Args:
@@ -202,12 +205,16 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
     Raises:
         ConfigError: Unknown policy name, or a capacity below zero.
     """
+    # C901: the replay loop is written out on purpose (see the comments in it): every call or
+    # branch moved out of it runs once per access, and the loop is the simulator's speed.
     if spec.hot_capacity_bytes < 0 or spec.warm_capacity_bytes < 0:
         raise ConfigError("tier capacities must be >= 0 bytes")
     num_nodes = max(trace.num_nodes, 1)
-    clairvoyant = spec.hot_policy == "clairvoyant"
+    clairvoyant = policy_spec(spec.hot_policy).needs_order
     oracles = [TraceOracle(trace.num_blocks) for _ in range(num_nodes)]
-    hot_tiers, hot_count, hot_tell = [], [], []
+    hot_tiers: list[TierIndex] = []
+    hot_count: list[Any] = []  # each None or a bound call, decided for every node alike
+    hot_tell: list[Any] = []
     for node in range(num_nodes):
         index, count, tell = _tier(f"hot-{node}", spec.hot_capacity_bytes, spec.hot_policy,
                                    spec.hot_admit_min_count, spec, spec.hot_get_cost_bytes, oracles[node])
@@ -215,7 +222,9 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
         hot_count.append(count)
         hot_tell.append(tell)
     hot_counts, hot_tells = hot_count[0] is not None, hot_tell[0] is not None
-    warm = warm_count = warm_tell = None
+    warm: TierIndex | None = None
+    warm_count: Callable | None = None
+    warm_tell: Callable | None = None
     if spec.warm_policy is not None:
         warm, warm_count, warm_tell = _tier("warm", spec.warm_capacity_bytes, spec.warm_policy,
                                             spec.warm_admit_min_count, spec, spec.warm_get_cost_bytes, None)
@@ -223,18 +232,18 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
     sizes = trace.block_bytes.tolist()
     gets = [max(1, -(-size // spec.max_request_bytes)) for size in sizes]
     hot_clock, warm_clock = _clocks(trace)
-    nexts = next_use(trace.block, trace.node) if clairvoyant else None
+    nexts = next_use(trace.block, trace.node) if clairvoyant else np.zeros(0, dtype=np.int64)
     length = len(trace)
     has_warm = warm is not None
-    warm_resident = warm.resident if has_warm else {}
+    warm_resident = warm.resident if warm is not None else {}
     hot_hits = warm_hits = cold_misses = cold_bytes = cold_gets = 0
     hot_promotions = hot_demotions = warm_promotions = warm_demotions = 0
 
     # Offering a block to the warm tier (as a node's warm sync proposes it) is written out at
     # its two call sites below: it runs for most hot misses, and a call would cost a tenth of
     # the replay.
-    warm_reserve = warm.reserve if has_warm else None
-    warm_commit = warm.commit if has_warm else None
+    warm_reserve: Any = warm.reserve if warm is not None else None  # called only when has_warm
+    warm_commit: Any = warm.commit if warm is not None else None
     # The oracles' next-use lists, written directly: what TraceOracle.advance does, without a
     # call per access (heap-mode clairvoyant reads only next uses, never the position).
     next_at = [oracle.next_at for oracle in oracles]
@@ -248,7 +257,7 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
         chunk = slice(done, done + PROGRESS_EVERY)
         accesses = zip(trace.block[chunk].tolist(),
                        trace.node[chunk].tolist(), hot_clock[chunk].tolist(), warm_clock[chunk].tolist(),
-                       nexts[chunk].tolist() if clairvoyant else itertools.repeat(None))
+                       nexts[chunk].tolist() if clairvoyant else itertools.repeat(None), strict=False)
         for block, node, now, warm_now, upcoming in accesses:
             if clairvoyant:
                 next_at[node][block] = upcoming
