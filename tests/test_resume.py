@@ -175,10 +175,10 @@ def test_a_new_process_resumes_from_a_checkpoint_with_other_workers_and_a_warm_c
     own_ray = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     joined = {**own_ray, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     outputs = []
-    for env, extra in zip((joined, own_ray), (["--num-workers", "2", "--stop-after", "5", "--save", str(tmp_path / "ckpt.pt"),
-                   "--record", str(tmp_path / "first.json")],
-                  ["--num-workers", "3", "--resume", str(tmp_path / "ckpt.pt"), "--record",
-                   str(tmp_path / "second.json")])):
+    first = ["--num-workers", "2", "--stop-after", "5", "--save", str(tmp_path / "ckpt.pt"),
+             "--record", str(tmp_path / "first.json")]
+    second = ["--num-workers", "3", "--resume", str(tmp_path / "ckpt.pt"), "--record", str(tmp_path / "second.json")]
+    for env, extra in ((joined, first), (own_ray, second)):
         done = subprocess.run(common + extra, env=env, capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
         outputs.append(done.stdout.strip())
@@ -218,7 +218,8 @@ def test_a_resumed_stream_neither_prefetches_nor_counts_what_was_consumed_before
     """The node cache's plan of a resumed epoch starts at the resume point (unheard consumers included)."""
     import numpy as np
 
-    from tierload.cache.stream import NEVER, Stream
+    from tierload.cache.stream import Stream
+    from tierload.runs import NEVER
 
     seq = np.arange(20, dtype=np.int32) % 10
     stream = Stream("s", "d", 0, seq, consume_len=20, num_consumers=2, num_blocks=10, start=12)

@@ -7,7 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
-from tierload.cache.stream import NEVER, Stream
+from tierload.cache.stream import Stream
+from tierload.runs import NEVER
 
 
 class PlanOracle:

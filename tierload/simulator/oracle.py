@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tierload.cache.stream import NEVER, next_run_of_same_block
+from tierload.runs import NEVER, next_run_of_same_block
 
 
 def next_use(block: np.ndarray, node: np.ndarray | None = None) -> np.ndarray:
@@ -46,7 +46,7 @@ class TraceOracle:
         self.position = 0
         # next_use as the list's own item getter: the clairvoyant policy calls it for every
         # access of a resident, and a C-level call costs a fraction of a Python method's.
-        self.next_use = self.next_at.__getitem__
+        self.next_use = self.next_at.__getitem__  # type: ignore[method-assign, assignment]
 
     def advance(self, position: int, block: int, next_position: int) -> None:
         """The trace is at ``position``, an access of ``block`` next needed at ``next_position``."""

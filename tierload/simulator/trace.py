@@ -1,6 +1,6 @@
 """Access traces: the block accesses a TieredDataset configuration makes, or a recorded file.
 
-An access is one *run* of :func:`tierload.cache.stream.plan_runs`: what the node cache counts,
+An access is one *run* of :func:`tierload.runs.plan_runs`: what the node cache counts,
 prefetches and asks the hot tier's policy about. A generated trace repeats exactly what a
 running job plans, step by step: the epoch order (:func:`tierload.order.epoch_order`), the
 rank's slice (:func:`tierload.order.rank_slice`), the plan with the next epoch's order as
@@ -23,9 +23,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tierload.cache.stream import plan_runs
 from tierload.errors import ConfigError
 from tierload.order import SHUFFLE_MODES, epoch_order, rank_slice, resolve_shuffle, reuse_gap
+from tierload.runs import plan_runs
 
 DEFAULT_BLOCK_BYTES = 2**20
 Progress = Callable[[int, int], None]  # replays report (accesses done, accesses in all)
@@ -192,7 +192,7 @@ class Trace:
     node: np.ndarray
     epoch: np.ndarray
     block_bytes: np.ndarray
-    job: np.ndarray = field(default=None)
+    job: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None: filled in __post_init__
     keys: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
