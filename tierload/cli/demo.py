@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tierload.cli.errors import handle_errors
 from tierload.units import format_bytes
 
 
@@ -25,7 +26,6 @@ def demo(layout: str, epochs: int, num_workers: int, batch_size: int) -> None:
     """Train a small CNN on scikit-learn's digits, streamed from a local S3 through the tiers."""
     from tqdm import tqdm
 
-    from tierload.cli.main import handle_errors
     from tierload.demo.run import run_demo
 
     bar = None

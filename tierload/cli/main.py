@@ -1,35 +1,14 @@
 """The ``tierload`` command line: a thin layer over the public API.
 
 Each command maps :class:`tierload.errors.TierloadError` subclasses to an exit code and a
-one-line message (``--debug`` shows the traceback).
+one-line message (``--debug`` shows the traceback): see :mod:`tierload.cli.errors`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import sys
 
 import click
-
-from tierload.errors import BackendError, ConfigError, ManifestError, ServiceError, TierloadError
-
-EXIT_CODES = {ConfigError: 2, ManifestError: 3, BackendError: 4, ServiceError: 5}
-
-
-def handle_errors(command):
-    """Turn tierload errors into one line on stderr and a typed exit code."""
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except TierloadError as exc:
-            if logging.getLogger().isEnabledFor(logging.DEBUG):
-                raise
-            code = next((c for cls, c in EXIT_CODES.items() if isinstance(exc, cls)), 1)
-            click.echo(f"tierload: {type(exc).__name__}: {exc}", err=True)
-            sys.exit(code)
-    return wrapper
 
 
 @click.group()

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from tierload.cli.errors import handle_errors
 from tierload.errors import ConfigError
 from tierload.policies.registry import POLICIES, policy_names
 from tierload.units import parse_bytes
@@ -84,7 +85,6 @@ def show(file: str | None, as_json: bool) -> None:
     """Print the effective configuration: FILE (or none) over the defaults, with TIERLOAD_* applied."""
     import yaml
 
-    from tierload.cli.main import handle_errors
     from tierload.config import load_config
 
     config = handle_errors(load_config)(file)
@@ -96,7 +96,6 @@ def show(file: str | None, as_json: bool) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
     """Check FILE and report every problem in it at once, with its line and key."""
-    from tierload.cli.main import handle_errors
 
     handle_errors(_checked)(file)
     click.echo(f"{file}: valid")
@@ -141,7 +140,6 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
 
     Without --trace, the trace is the one TieredDataset would read with these settings.
     """
-    from tierload.cli.main import handle_errors
 
     hot_names = _names(hot_policies, HOT_POLICIES, "--hot-policies")
     warm_names = _names(warm_policies, WARM_POLICIES, "--warm-policies")
@@ -201,7 +199,6 @@ def set_policy(file: str, deployment: str | None) -> None:
     It takes effect at each tier's next admission decision. An invalid FILE is refused with
     every problem listed, and the running policy stays as it is.
     """
-    from tierload.cli.main import handle_errors
     from tierload.config import load_config
 
     new = handle_errors(_checked)(file, "; refused, the running policy is unchanged")

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from tierload.cli.errors import handle_errors
 from tierload.units import format_bytes
 
 _address = click.option("--address", default=None, help="Ray address (e.g. auto); default: ray.address / RAY_ADDRESS.")
@@ -24,7 +25,6 @@ def _load(config_path, address):
 @_config
 def serve(address, config_path) -> None:
     """Start the coordinator and a cache actor on every node (idempotent)."""
-    from tierload.cli.main import handle_errors
     from tierload.service import serve as start_service
 
     result = handle_errors(lambda: start_service(_load(config_path, address)))()
@@ -38,7 +38,6 @@ def serve(address, config_path) -> None:
 @_config
 def stop(address, config_path) -> None:
     """Stop the service's actors (hot and warm tier files stay on disk)."""
-    from tierload.cli.main import handle_errors
     from tierload.service import stop as stop_service
 
     stopped = handle_errors(lambda: stop_service(_load(config_path, address)))()
@@ -74,7 +73,6 @@ def _render(report: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(address, config_path, as_json) -> None:
     """Per node and tier: usage, hit ratios, peer hits, cold traffic, in-flight prefetches."""
-    from tierload.cli.main import handle_errors
     from tierload.service import status as service_status
 
     report = handle_errors(lambda: service_status(_load(config_path, address)))()
