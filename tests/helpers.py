@@ -93,3 +93,16 @@ class TierUsage:
         if first != _files(self.path):
             return None
         return sum(size for _, size in first) // block_bytes
+
+
+def land_warm_writes(dataset, timeout_s: float = 60.0) -> None:
+    """Wait until the node cache has no fetch in flight, then have it sync with the coordinator
+    now (``sync_now``): every warm write proposed so far is admitted and written, and every
+    residency change reported, when this returns. Replaces sleeping "long enough"."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while dataset.cache_stats()["inflight"]:
+        assert time.monotonic() < deadline, "the node cache's fetches never finished"
+        time.sleep(0.01)
+    dataset._link.call("sync_now", wait_s=30.0)

@@ -19,7 +19,7 @@ import pytest
 import rotating_credentials
 import torch
 from faulty_s3 import FaultyS3
-from helpers import index_of, put_indexed_objects, tier_bytes
+from helpers import index_of, land_warm_writes, put_indexed_objects, tier_bytes
 from torch.utils.data import DataLoader
 
 from tierload.errors import CredentialsExpiredError
@@ -322,7 +322,7 @@ def test_the_node_cache_reconnects_to_a_restarted_coordinator(s3, bucket, tier_c
     dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
     assert sorted(indices(dataset)) == list(range(30))
     coordinator = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
-    time.sleep(0.6)  # the last warm writes and residency changes reach it
+    land_warm_writes(dataset)  # the last warm writes and residency changes reach it
     before = ray.get(coordinator.stats.remote())
     assert before["warm"]["blocks"] == 30 and before["held_blocks"] > 0
     ray.kill(coordinator, no_restart=False)

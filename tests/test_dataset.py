@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 import torch
-from helpers import TierUsage, index_of, png_bytes, put_indexed_objects
+from helpers import TierUsage, index_of, land_warm_writes, png_bytes, put_indexed_objects
 from torch.utils.data import DataLoader
 
 from tierload.blockfile import HEADER_SIZE
@@ -86,7 +86,7 @@ def test_warm_tier_serves_what_hot_cannot_hold(bucket, tier_config, make_dataset
     for epoch in range(2):
         dataset.set_epoch(epoch)
         assert sorted(indices(loader_for(dataset))) == list(range(40))
-        time.sleep(0.5)  # let the batched warm writes land
+        land_warm_writes(dataset)
     second = dataset.epoch_stats(1)
     assert second["cold_bytes"] == 0
     assert second["warm_hits"] > 0 and second["hot_hits"] + second["warm_hits"] == 40
@@ -175,7 +175,7 @@ def test_changed_source_object_is_never_served_from_an_old_copy(bucket, tier_con
     config = tier_config(hot="1MiB", warm="1MiB")
     old = make_dataset(f"s3://{name}/ds", config, layout="files")
     assert sorted(indices(loader_for(old))) == list(range(5))
-    time.sleep(0.5)
+    land_warm_writes(old)
     old_key = next(b.key for b in old.manifest.blocks if b.url.endswith("obj-000002.bin"))
     assert any(p.name == old_key for p in (tmp_path / "hot").rglob("*"))
     assert any(p.name == old_key for p in (tmp_path / "warm").rglob("*"))
@@ -239,7 +239,7 @@ def test_images_arrive_as_uint8_chw_with_their_labels(bucket, tier_config, make_
     seen = []
     for images, labels in DataLoader(dataset, batch_size=6, num_workers=0):
         assert images.shape[1:] == (1, 8, 8) and images.dtype == torch.float32
-        for image, label in zip(images, labels):
+        for image, label in zip(images, labels, strict=True):
             value = int(image[0, 0, 0])
             assert value // 50 == int(label)
             seen.append(value)

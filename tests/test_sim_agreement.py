@@ -11,10 +11,8 @@ order, the simulator the whole trace. With 90 blocks each percentage point is ~2
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from helpers import index_of, put_indexed_objects
+from helpers import index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
 from tierload.simulator import StackSpec, read_trace, simulate
@@ -40,7 +38,7 @@ def test_live_hit_ratios_match_the_simulator_on_the_recorded_trace(bucket, tier_
         dataset.set_epoch(epoch)
         loader = DataLoader(dataset, batch_size=6, collate_fn=lambda batch: batch)
         assert sorted(index_of(s) for batch in loader for s, _ in batch) == list(range(blocks))
-        time.sleep(0.6)  # the epoch boundary: warm admissions land
+        land_warm_writes(dataset)  # the epoch boundary: warm admissions land
         stats = dataset.epoch_stats(epoch)
         for counter in live:
             live[counter] += stats[counter]

@@ -25,18 +25,19 @@ exactly one iteration (all of its workers), then never again.
 from __future__ import annotations
 
 import logging
-import os
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from tierload.cache.consumer import BlockReader, DirectSource, NodeLink
+from tierload.cache.consumer import DirectSource, NodeLink
 from tierload.config import TierloadConfig, load_config
+from tierload.epoch_reader import EpochReader
 from tierload.errors import ConfigError, ServiceError, StreamNotOpenError
 from tierload.gpu import DeviceOutput
+from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUT_NAMES
 from tierload.manifest import Manifest, cache_path, load_manifest
 from tierload.order import (
@@ -46,15 +47,35 @@ from tierload.order import (
     resolve_shuffle,
     reuse_gap,
     samples_per_rank,
-    worker_positions,
 )
-from tierload.resume import Progress, ResumeTracker
+from tierload.resume import ResumeTracker
 from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
 from tierload.stores.cold import ColdSource, s3_storage_options
 
 log = logging.getLogger(__name__)
 
-_DIRECT_LAYOUTS = ("npy", "files")  # blocks that decode from a device buffer (the kvikio path)
+def _check_arguments(url: str, shuffle: bool | str, batch_size: int | None, layout: str | None,
+                     rank: int | None, world_size: int | None, window_blocks: int) -> str:
+    """Validate :class:`TieredDataset`'s arguments; return the shuffle mode as a string.
+
+    Raises:
+        ConfigError: The first bad argument, named with its value.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train")
+    if isinstance(shuffle, bool):
+        shuffle = "auto" if shuffle else "none"
+    if shuffle not in (*SHUFFLE_MODES, "auto"):
+        raise ConfigError(f"shuffle={shuffle!r}; use True/False or one of {', '.join(SHUFFLE_MODES)}")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ConfigError(f"batch_size={batch_size!r}; it must be a positive int or None")
+    if layout is not None and layout not in LAYOUT_NAMES:
+        raise ConfigError(f"layout={layout!r}; choose one of {', '.join(LAYOUT_NAMES)} or None")
+    if world_size is not None and (world_size < 1 or rank is None or not 0 <= rank < world_size):
+        raise ConfigError(f"rank={rank!r}, world_size={world_size!r}; need 0 <= rank < world_size")
+    if window_blocks < 1:
+        raise ConfigError(f"window_blocks={window_blocks}; it must be >= 1")
+    return shuffle
 
 
 class TieredDataset(IterableDataset):
@@ -111,20 +132,7 @@ class TieredDataset(IterableDataset):
                  storage_options: Mapping[str, Any] | None = None, address: str | None = None,
                  device: str | torch.device | None = None, lazy: bool = False) -> None:
         super().__init__()
-        if not isinstance(url, str) or "://" not in url:
-            raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train")
-        if isinstance(shuffle, bool):
-            shuffle = "auto" if shuffle else "none"
-        if shuffle not in (*SHUFFLE_MODES, "auto"):
-            raise ConfigError(f"shuffle={shuffle!r}; use True/False or one of {', '.join(SHUFFLE_MODES)}")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ConfigError(f"batch_size={batch_size!r}; it must be a positive int or None")
-        if layout is not None and layout not in LAYOUT_NAMES:
-            raise ConfigError(f"layout={layout!r}; choose one of {', '.join(LAYOUT_NAMES)} or None")
-        if world_size is not None and (world_size < 1 or rank is None or not 0 <= rank < world_size):
-            raise ConfigError(f"rank={rank!r}, world_size={world_size!r}; need 0 <= rank < world_size")
-        if window_blocks < 1:
-            raise ConfigError(f"window_blocks={window_blocks}; it must be >= 1")
+        shuffle = _check_arguments(url, shuffle, batch_size, layout, rank, world_size, window_blocks)
         try:
             self.seed = int(seed)
         except (TypeError, ValueError):
@@ -150,7 +158,8 @@ class TieredDataset(IterableDataset):
         self.columns = columns
         self.window_blocks = window_blocks
         self.refresh_manifest = refresh_manifest
-        self._explicit_rank = (rank, world_size) if world_size is not None else None
+        # rank is set whenever world_size is (checked above)
+        self._explicit_rank = (rank, world_size) if world_size is not None and rank is not None else None
         self._captured_rank = (0, 1)
         self._resume = ResumeTracker()
         # What this process's readers did: direct hot reads, misses, reconnects to a restarted
@@ -159,7 +168,7 @@ class TieredDataset(IterableDataset):
         self._manifest: Manifest | None = None
         self._endpoint: dict[str, Any] | None = None
         self._link: NodeLink | None = None
-        self._decoder = None
+        self._decoder: BlockDecoder | None = None
         self._storage_options = (s3_storage_options(self.config.cold) if self.url.startswith(("s3://", "s3a://"))
                                  else dict(self.config.cold.storage_options))
         if not lazy:
@@ -220,6 +229,7 @@ class TieredDataset(IterableDataset):
         """The dataset's manifest (starts the dataset if needed)."""
         if self._manifest is None:
             self.start()
+        assert self._manifest is not None, "start() sets the manifest"
         return self._manifest
 
     @property
@@ -306,73 +316,12 @@ class TieredDataset(IterableDataset):
 
     def _direct_source(self) -> DirectSource:
         return DirectSource(self.config, self.url, self._storage_options,
-                            {block.key: block for block in self._manifest.blocks})
+                            {block.key: block for block in self.manifest.blocks})
 
     def _iterate(self) -> Iterator[tuple[Any, int]]:
-        manifest = self._manifest
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch = self.epoch
-        key, point = self._resume.begin(info, epoch)
-        rank, world = self._rank_world()
-        mine = self.rank_order(epoch)
-        start = point.start if point is not None else 0
-        rest = mine[start:]
-        chunk = self.batch_size or 1
-        positions = worker_positions(len(rest), worker_id=worker, num_workers=workers, chunk=chunk)
-        skip = point.skip if point is not None else 0
-        progress = self._resume.track(Progress(os.getpid(), epoch, start, positions, chunk, worker, workers,
-                                               info is not None, skip))
-        if worker == 0 and self.batch_size and len(mine) < self.batch_size:
-            log.warning("rank %d yields %d samples per epoch, fewer than batch_size=%d: a DataLoader with "
-                        "drop_last=True yields no batch at all", rank, len(mine), self.batch_size)
-        if info is not None and workers > 1 and self.batch_size is None:
-            log.warning("TieredDataset without batch_size under %d DataLoader workers: each worker ends the epoch "
-                        "with its own partial batch; pass batch_size= for exact batches and len(loader)", workers)
-        if point is not None and worker == 0:
-            log.info("resuming epoch %d of rank %d at sample %d of %d", epoch, rank,
-                     start + (point.lower_bound if point.worker else 0), len(mine))
-        stream_id = f"{manifest.dataset_id}/s{self.seed}/e{epoch}/r{rank}of{world}/{key:x}"
-        plan = lambda: self._plan(epoch, rest, point.lower_bound if point is not None else 0, rank, world)  # noqa: E731
-        self._open_stream(self._link, stream_id, worker, workers, plan)
-        if self._decoder is None:
-            self._decoder = manifest.decoder(self.config.manifest.label_column, self.columns)
-        device, kvikio = self._output.prepare(info is not None, manifest.layout in _DIRECT_LAYOUTS)
-        reader = BlockReader(self._link, direct=self._direct_source,
-                             reopen=lambda link: self._open_stream(link, stream_id, worker, workers, plan))
-        decoded: OrderedDict[int, Any] = OrderedDict()
-        keep_decoded = 1 if self._reuse_gap() == 1 else self.window_blocks + 2
-        report_every = max(1, min(32, self.config.prefetch.depth_blocks // 4))
-        blocks, sample_block, sample_index = manifest.blocks, manifest.sample_block, manifest.sample_index
-        try:
-            for index in range(skip, len(positions)):
-                position = int(positions[index])
-                sample_id = int(rest[position])
-                block_id = int(sample_block[sample_id])
-                samples = decoded.get(block_id)
-                if samples is None:
-                    block_key = blocks[block_id].key
-                    raw = self._output.read_direct(reader.hot_path(block_key), block_key) if kvikio else None
-                    if raw is None:
-                        raw = reader.read(stream_id, worker, position, block_key)
-                    samples = self._decoder.decode(block_id, raw)
-                    decoded[block_id] = samples
-                    if len(decoded) > keep_decoded:
-                        decoded.popitem(last=False)
-                sample, label = samples[int(sample_index[sample_id])]
-                if device is not None:
-                    from tierload.gpu import to_device
-
-                    sample = to_device(sample, device)
-                if self.transform is not None:
-                    sample = self.transform(sample)
-                progress.yielded = index + 1
-                yield sample, label
-                if (index + 1 - skip) % report_every == 0:
-                    self._link.notify("progress", stream_id, worker, position + 1)
-        finally:
-            self._link.notify("close_consumer", stream_id, worker)
-            self.consumer_stats.update(reader.stats)
+        # A generator, so the reader (which takes the pending resume point) is built at the
+        # first next(), in the process that iterates.
+        yield from EpochReader(self, get_worker_info())
 
     # ------------------------------------------------------------------ device
     @property
@@ -437,19 +386,23 @@ class TieredDataset(IterableDataset):
         self.seed = int(state["seed"])
 
     # ------------------------------------------------------------------- stats
+    def _started_link(self) -> NodeLink:
+        """The link to this node's cache, starting the dataset if needed."""
+        self.start()
+        assert self._link is not None, "start() sets the link"
+        return self._link
+
     def cache_stats(self) -> dict[str, Any]:
         """The node cache's counters, levels and streams (see :meth:`NodeCache.stats`), plus
         ``device_path``: how samples reach the output device (see :mod:`tierload.gpu`)."""
-        self.start()
-        stats = self._link.call("stats", wait_s=30.0)
+        stats = self._started_link().call("stats", wait_s=30.0)
         stats["device_path"] = self.device_path
         return stats
 
     def epoch_stats(self, epoch: int) -> dict[str, float]:
         """Summed counters of this node's streams of ``epoch`` for this dataset."""
-        self.start()
         totals: dict[str, float] = {}
-        for row in self._link.call("stream_stats", self.manifest.dataset_id, wait_s=30.0):
+        for row in self._started_link().call("stream_stats", self.manifest.dataset_id, wait_s=30.0):
             if row["epoch"] != epoch:
                 continue
             for name, value in row.items():
