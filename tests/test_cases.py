@@ -291,7 +291,7 @@ def test_b25_the_cache_actor_dies_mid_epoch_and_the_epoch_finishes_exactly_once(
     dataset = make_dataset(f"s3://{name}/ds", tier_config(prefetch={"depth_blocks": 2}), layout="files",
                            batch_size=2)
     pid = dataset.cache_stats()["pid"]
-    seen = []
+    seen: list[int] = []
     loader = DataLoader(dataset, batch_size=2, num_workers=num_workers, collate_fn=collect_raw)
     started = time.monotonic()
     for batch_index, (samples, _) in enumerate(loader):

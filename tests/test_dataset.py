@@ -20,7 +20,7 @@ from tierload.errors import SourceChangedError
 
 
 def indices(loader) -> list[int]:
-    out = []
+    out: list[int] = []
     for samples, _labels in loader:
         out.extend(index_of(s) for s in samples)
     return out
