@@ -17,15 +17,11 @@ import torch
 from PIL import Image
 
 from tierload.blocks import Block
-from tierload.errors import ManifestError, TierloadError
+from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
 from tierload.stores.cold import ObjectInfo
 
 log = logging.getLogger(__name__)
-
-
-class DecodeError(TierloadError, ValueError):
-    """Block bytes could not be decoded into samples (e.g. not an image)."""
 
 
 def _class_of(prefix_url: str, url: str) -> str:

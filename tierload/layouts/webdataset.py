@@ -30,9 +30,9 @@ import numpy as np
 import torch
 
 from tierload.blocks import Block
-from tierload.errors import ManifestError
+from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
-from tierload.layouts.objects import DecodeError, decode_image
+from tierload.layouts.objects import decode_image
 from tierload.stores.cold import ColdSource, ObjectInfo
 
 log = logging.getLogger(__name__)
