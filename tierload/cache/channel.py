@@ -121,7 +121,7 @@ class ChannelClient:
         return {"address": self.address, "authkey": self.authkey}
 
     def __setstate__(self, state):
-        self.__init__(state["address"], state["authkey"])
+        ChannelClient.__init__(self, state["address"], state["authkey"])
 
     def _process_lock(self) -> threading.Lock:
         """This process's lock. A lock copied by fork may have been held by another thread of the

@@ -81,7 +81,7 @@ class NodeLink:
         return {"endpoint": self.endpoint}
 
     def __setstate__(self, state):
-        self.__init__(state["endpoint"])
+        NodeLink.__init__(self, state["endpoint"])
 
     @property
     def hot_dirs(self) -> tuple[str, ...]:

@@ -174,7 +174,7 @@ class Coordinator:
         return self._now
 
     def _admit_warm(self, proposals, drops, clock) -> tuple[list[bool], list[bool]]:
-        if self._index is None:
+        if self._index is None or self._store is None:
             return [False] * len(proposals), [False] * len(proposals)
         for key in drops:
             self._drop_warm(key)
@@ -188,7 +188,7 @@ class Coordinator:
         return granted, present
 
     def _drop_warm(self, key: str) -> int:
-        if self._index is None:
+        if self._index is None or self._store is None:
             return 0
         removed = self._index.remove(key)
         self._store.delete(key)
@@ -209,7 +209,7 @@ class Coordinator:
             self._set_holder(key, node_id, False)
 
     def _set_holder(self, key: str, node_id: str, held: bool) -> None:
-        holders = self._holders.get(key, ())
+        holders = self._holders.get(key, set())
         if held == (node_id in holders):
             return
         if held:

@@ -152,8 +152,10 @@ class CoordinatorSync:
                     self.holders.pop(key, None)
 
     def _write_admitted(self, writes: dict[str, bytes], granted: list[bool], present: list[bool]) -> None:
+        if self.warm_store is None:
+            return  # nothing was offered (see offer_warm)
         committed, aborted = [], []
-        for (key, data), admit, there in zip(writes.items(), granted, present):
+        for (key, data), admit, there in zip(writes.items(), granted, present, strict=True):
             if there:
                 self.known_warm.add(key)
             if not admit:

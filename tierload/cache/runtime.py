@@ -79,7 +79,7 @@ def get_coordinator(config: TierloadConfig):
 
     from tierload.cache.coordinator import Coordinator
 
-    handle = ray.remote(Coordinator).options(
+    handle: Any = ray.remote(Coordinator).options(
         **_actor_options(coordinator_name(config), config.ray.namespace)).remote(config.to_dict())
     try:
         ray.get(handle.ready.remote(), timeout=120)
@@ -165,7 +165,7 @@ def get_node_cache(config: TierloadConfig, node_id: str | None = None):
     get_coordinator(config)
     options = _actor_options(node_cache_name(config, node_id), config.ray.namespace)
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-    handle = ray.remote(_RayNodeCache).options(**options).remote(
+    handle: Any = ray.remote(_RayNodeCache).options(**options).remote(
         config.to_dict(), coordinator_name(config), config.ray.namespace)
     try:
         ray.get(handle.ready.remote(), timeout=120)
@@ -240,7 +240,7 @@ def apply_policy(config: TierloadConfig, policy) -> dict[str, Any]:
     if not caches and not has_coordinator:
         raise ServiceError("no tierload actors run for this configuration (same hot.dir and warm.url as the "
                            "service?); start them with `tierload serve`")
-    effective = None
+    effective: Any = None
     for name in caches:
         handle = ray.get_actor(name, namespace=config.ray.namespace)
         effective = ray.get(handle.call.remote("set_policy", policy_dict), timeout=60)

@@ -77,7 +77,8 @@ def walk_members(read, size: int) -> Iterator[tuple[int, int, int, str]]:
     Raises:
         ValueError: A header is corrupt (bad checksum) or the stream ends inside a member.
     """
-    pos, record_start, long_name, pax = 0, None, None, {}
+    pax: dict[str, str] = {}
+    pos, record_start, long_name = 0, None, None
     while pos + _RECORD <= size:
         header = read(pos, _RECORD)
         if len(header) < _RECORD:

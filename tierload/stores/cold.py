@@ -55,7 +55,7 @@ class ObjectInfo:
 
 
 def _error_code(exc: BaseException) -> str:
-    cause = exc
+    cause: BaseException | None = exc
     while cause is not None:
         response = getattr(cause, "response", None)
         if isinstance(response, dict):
@@ -93,7 +93,7 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException | None):
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
