@@ -216,8 +216,8 @@ def test_b12_two_instances_at_once_on_different_and_on_the_same_dirs(s3, bucket,
     first = make_dataset(f"s3://{name}/ds", shared, layout="files", batch_size=4)
     same_dir = make_dataset(f"s3://{name}/ds", shared, layout="files", batch_size=4, seed=5)
     other_dir = make_dataset(f"s3://{name}/ds", other, layout="files", batch_size=4)
-    assert first._endpoint["address"] == same_dir._endpoint["address"]  # one owner per directory
-    assert first._endpoint["address"] != other_dir._endpoint["address"]
+    assert first._endpoint.address == same_dir._endpoint.address  # one owner per directory
+    assert first._endpoint.address != other_dir._endpoint.address
     results = {}
 
     def run(label, dataset):
