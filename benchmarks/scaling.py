@@ -22,6 +22,7 @@ import numpy as np
 
 from tierload.blocks import Block
 from tierload.cache.coordinator import Coordinator
+from tierload.cache.messages import SyncReport
 from tierload.config import load_config
 from tierload.manifest import Manifest
 
@@ -56,14 +57,14 @@ def coordinator_costs() -> dict:
 
     def per_count():
         started = time.perf_counter()
-        coordinator.sync("node-a", {"counts": counts, "now": 1.0, "since": 10**9})
+        coordinator.sync("node-a", SyncReport(counts=counts, now=1.0, since=10**9))
         return (time.perf_counter() - started) / len(counts)
 
     def per_change():
         batch = keys[100_000:150_000]
         started = time.perf_counter()
-        coordinator.sync("node-b", {"hot_added": batch, "now": 1.0, "since": 10**9})
-        coordinator.sync("node-b", {"hot_removed": batch, "now": 1.0, "since": 10**9})
+        coordinator.sync("node-b", SyncReport(hot_added=batch, now=1.0, since=10**9))
+        coordinator.sync("node-b", SyncReport(hot_removed=batch, now=1.0, since=10**9))
         return (time.perf_counter() - started) / (2 * len(batch))
 
     return {"seconds_per_reported_access": median_of(per_count), "seconds_per_residency_change": median_of(per_change)}
@@ -76,7 +77,7 @@ def coordinator_memory_per_block() -> dict:
     coordinator = Coordinator(config, node_alive=lambda: None)
     keys = [f"blk-{i:032x}" for i in range(200_000)]
     before = tracemalloc.get_traced_memory()[0]
-    coordinator.sync("node-a", {"counts": {k: 1 for k in keys}, "hot_added": keys, "now": 1.0, "since": 10**9})
+    coordinator.sync("node-a", SyncReport(counts={k: 1 for k in keys}, hot_added=keys, now=1.0, since=10**9))
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     return {"bytes_per_tracked_and_held_block": (after - before) / len(keys)}
@@ -90,7 +91,7 @@ def channel_round_trip() -> dict:
             return len(payload)
 
     address = os.path.join(tempfile.gettempdir(), f"tierload-bench-{os.getpid()}.sock")
-    server = ChannelServer(Target(), address, b"k" * 32, where="bench")
+    server = ChannelServer(Target(), address, b"k" * 32, where="bench", methods=frozenset({"ping"}))
     client = ChannelClient(address, b"k" * 32)
     try:
         def round_trip():

@@ -22,6 +22,7 @@ from faulty_s3 import FaultyS3
 from helpers import index_of, land_warm_writes, put_indexed_objects, tier_bytes
 from torch.utils.data import DataLoader
 
+from tierload.cache.messages import Endpoint, StreamPlan
 from tierload.errors import CredentialsExpiredError
 
 
@@ -90,14 +91,14 @@ def test_b07_the_endpoint_reaches_every_process(s3, bucket, tier_config, make_da
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
         monkeypatch.setenv("AWS_REGION", "eu-west-3")
         dataset = make_dataset(f"s3://{name}/ds", tier_config(), storage_options=credentials, **kwargs)
-    shipped = dataset._storage_options["client_kwargs"]
+    shipped = dataset._cold.storage_options["client_kwargs"]
     assert shipped["endpoint_url"] == s3.endpoint_url and shipped["region_name"] == "eu-west-3"
     # Spawned workers start from a clean interpreter: nothing reaches them but the pickled dataset.
     context = multiprocessing.get_context("spawn" if how == "env" else "fork")
     assert sorted(indices(dataset, num_workers=2, batch_size=2, multiprocessing_context=context)) == list(range(8))
 
 
-def _single_reader(endpoint: dict, stream_id: str, plan: dict, key: str, delay_s: float) -> str:
+def _single_reader(endpoint: Endpoint, stream_id: str, plan: StreamPlan, key: str, delay_s: float) -> str:
     from tierload.cache.consumer import BlockReader, NodeLink
 
     time.sleep(delay_s)
@@ -119,7 +120,7 @@ def test_b10_eight_processes_one_cold_fetch(s3, bucket, tier_config, make_datase
         dataset = make_dataset(f"s3://{name}/big", tier_config(), layout="files",
                                storage_options=proxied(s3, proxy))
         block = dataset.manifest.blocks[0]
-        plan = {"dataset_id": dataset.manifest.dataset_id, "epoch": 0, "seq": [0], "consume_len": 1}
+        plan = StreamPlan(dataset_id=dataset.manifest.dataset_id, epoch=0, seq=[0], consume_len=1)
         with multiprocessing.get_context("fork").Pool(8) as pool:
             results = [pool.apply_async(_single_reader, (dataset._endpoint, f"b10-{i}", plan, block.key, i * 0.15))
                        for i in range(8)]
@@ -215,8 +216,8 @@ def test_b12_two_instances_at_once_on_different_and_on_the_same_dirs(s3, bucket,
     first = make_dataset(f"s3://{name}/ds", shared, layout="files", batch_size=4)
     same_dir = make_dataset(f"s3://{name}/ds", shared, layout="files", batch_size=4, seed=5)
     other_dir = make_dataset(f"s3://{name}/ds", other, layout="files", batch_size=4)
-    assert first._endpoint["address"] == same_dir._endpoint["address"]  # one owner per directory
-    assert first._endpoint["address"] != other_dir._endpoint["address"]
+    assert first._endpoint.address == same_dir._endpoint.address  # one owner per directory
+    assert first._endpoint.address != other_dir._endpoint.address
     results = {}
 
     def run(label, dataset):

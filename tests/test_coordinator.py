@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tierload.cache.coordinator import Coordinator
+from tierload.cache.messages import SyncReport
 from tierload.config import load_config
 from tierload.keys import block_key
 
@@ -16,13 +17,13 @@ def coordinator(tmp_path, warm=True, alive=None):
 
 def test_holder_map_deltas_and_snapshots(tmp_path):
     coord = coordinator(tmp_path, warm=False)
-    first = coord.sync("a", {"hot_full": KEYS[:3], "since": -1})
-    assert first["full"] and set(first["holders"]) == set(KEYS[:3])
-    version = first["version"]
-    coord.sync("b", {"hot_added": [KEYS[0], KEYS[4]], "since": version})
-    delta = coord.sync("a", {"hot_removed": [KEYS[1]], "since": version})
-    assert not delta["full"]
-    assert delta["holders"] == {KEYS[0]: ["a", "b"], KEYS[4]: ["b"], KEYS[1]: []}
+    first = coord.sync("a", SyncReport(hot_full=KEYS[:3], since=-1))
+    assert first.full and set(first.holders) == set(KEYS[:3])
+    version = first.holders_version
+    coord.sync("b", SyncReport(hot_added=[KEYS[0], KEYS[4]], since=version))
+    delta = coord.sync("a", SyncReport(hot_removed=[KEYS[1]], since=version))
+    assert not delta.full
+    assert delta.holders == {KEYS[0]: ["a", "b"], KEYS[4]: ["b"], KEYS[1]: []}
     assert coord.holders(KEYS[:2]) == {KEYS[0]: ["a", "b"], KEYS[1]: []}
     assert coord.stats()["held_blocks"] == 3  # removals leave no empty entries behind
     assert coord.forget_node("a") == 2
@@ -31,20 +32,20 @@ def test_holder_map_deltas_and_snapshots(tmp_path):
 
 def test_a_node_that_ray_reports_dead_is_forgotten(tmp_path):
     coord = coordinator(tmp_path, warm=False, alive={"a"})
-    coord.sync("a", {"hot_full": KEYS[:2]})
-    coord.sync("b", {"hot_full": KEYS[2:4]})
-    coord.sync("a", {"lost": ["b"]})
+    coord.sync("a", SyncReport(hot_full=KEYS[:2]))
+    coord.sync("b", SyncReport(hot_full=KEYS[2:4]))
+    coord.sync("a", SyncReport(lost=["b"]))
     stats = coord.stats()
     assert stats["forgotten_nodes"] == ["b"] and set(stats["nodes"]) == {"a"} and stats["held_blocks"] == 2
 
 
 def test_warm_admission_reserves_before_writes_and_respects_capacity(tmp_path):
     coord = coordinator(tmp_path)
-    answer = coord.sync("a", {"counts": {k: 1 for k in KEYS}, "now": 0.0,
-                              "proposals": [(k, 1000) for k in KEYS]})
-    assert answer["granted"] == [True, True, True, False, False, False]  # 3000 bytes fit three
+    answer = coord.sync("a", SyncReport(counts={k: 1 for k in KEYS}, now=0.0,
+                                        proposals=[(k, 1000) for k in KEYS]))
+    assert answer.granted == [True, True, True, False, False, False]  # 3000 bytes fit three
     coord.commit(KEYS[:2], [KEYS[2]])  # the third write failed: its space is released
     stats = coord.stats()["warm"]
     assert stats["blocks"] == 2 and stats["used_bytes"] == 2000 and stats["reserved_blocks"] == 0
-    again = coord.sync("a", {"proposals": [(KEYS[0], 1000)]})
-    assert again["present"] == [True] and again["granted"] == [False]
+    again = coord.sync("a", SyncReport(proposals=[(KEYS[0], 1000)]))
+    assert again.present == [True] and again.granted == [False]

@@ -209,7 +209,7 @@ def _epoch_rows(s3, name, config, epoch) -> list[int]:
 
     dataset = TieredDataset(f"s3://{name}/rows", config, batch_size=4, seed=7, storage_options=s3.storage_options,
                             lazy=True)
-    source = ColdSource(dataset.url, dataset.config.cold, storage_options=dataset._storage_options)
+    source = ColdSource(dataset._cold, dataset.config.cold)
     dataset._manifest = load_manifest(source, dataset.config.manifest, dataset.layout)  # no Ray needed
     return [int(i) for i in dataset.rank_order(epoch)]
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import zstandard
 
+from tierload.errors import CodecError
+
 _local = threading.local()
 
 
@@ -106,14 +108,14 @@ def decode(payload: WirePayload) -> bytes:
     """Return the raw bytes of a :class:`WirePayload`.
 
     Raises:
-        ValueError: Unknown codec, or the decoded size differs from ``raw_size``.
+        CodecError: Unknown codec, or the decoded size differs from ``raw_size`` (a ``ValueError``).
     """
     if payload.codec == "raw":
         data = payload.data
     elif payload.codec == "zstd":
         data = zstd_decompress(payload.data, payload.raw_size)
     else:
-        raise ValueError(f"unknown wire codec {payload.codec!r}; expected 'zstd' or 'raw'")
+        raise CodecError(f"unknown wire codec {payload.codec!r}; expected 'zstd' or 'raw'")
     if len(data) != payload.raw_size:
-        raise ValueError(f"wire payload decoded to {len(data)} bytes, expected {payload.raw_size}")
+        raise CodecError(f"wire payload decoded to {len(data)} bytes, expected {payload.raw_size}")
     return data

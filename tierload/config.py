@@ -105,6 +105,9 @@ class PrefetchConfig(_Frozen):
     depth_blocks: int = Field(default=64, ge=0)
     depth_bytes: int = 256 * 2**20
     concurrency: int = Field(default=16, ge=1, le=512)
+    # A stream no consumer touched for this long is closed (its pins released); a consumer that
+    # comes back reopens it. Long enough for a validation pass or a checkpoint between steps.
+    stream_idle_timeout_s: float = Field(default=120.0, gt=0)
 
     _parse_sizes = field_validator("depth_bytes", mode="before")(_bytes_field)
 

@@ -33,6 +33,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tierload.cache.consumer import DirectSource, NodeLink
+from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
 from tierload.config import TierloadConfig, load_config
 from tierload.epoch_reader import EpochReader
 from tierload.errors import ConfigError, ServiceError, StreamNotOpenError
@@ -50,7 +51,7 @@ from tierload.order import (
 )
 from tierload.resume import ResumeTracker
 from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
-from tierload.stores.cold import ColdSource, s3_storage_options
+from tierload.stores.cold import ColdLocation, ColdSource
 
 log = logging.getLogger(__name__)
 
@@ -166,11 +167,11 @@ class TieredDataset(IterableDataset):
         # node cache, blocks read without it, streams reopened.
         self.consumer_stats: Counter = Counter()
         self._manifest: Manifest | None = None
-        self._endpoint: dict[str, Any] | None = None
+        self._endpoint: Endpoint | None = None
         self._link: NodeLink | None = None
         self._decoder: BlockDecoder | None = None
-        self._storage_options = (s3_storage_options(self.config.cold) if self.url.startswith(("s3://", "s3a://"))
-                                 else dict(self.config.cold.storage_options))
+        # Resolved once, here: workers and actors get exactly these options, whatever their environment.
+        self._cold = ColdLocation.resolve(self.url, self.config.cold)
         if not lazy:
             self.start()
 
@@ -185,7 +186,7 @@ class TieredDataset(IterableDataset):
             return self
         from tierload.cache.runtime import node_endpoint
 
-        source = ColdSource(self.url, self.config.cold, storage_options=self._storage_options)
+        source = ColdSource(self._cold, self.config.cold)
         previous = self._cached_keys(source) if self.refresh_manifest else set()
         self._manifest = load_manifest(source, self.config.manifest, self.layout, refresh=self.refresh_manifest)
         self._endpoint = node_endpoint(self.config)
@@ -211,10 +212,8 @@ class TieredDataset(IterableDataset):
         manifest = self._manifest
         if client.call("has_dataset", manifest.dataset_id):
             return
-        blocks = manifest.blocks
-        client.call("register_dataset", manifest.dataset_id, self.url, self._storage_options,
-                    [b.key for b in blocks], [b.url for b in blocks], [b.version for b in blocks],
-                    [b.offset for b in blocks], [b.length for b in blocks])
+        client.call("register_dataset", DatasetRegistration(manifest.dataset_id, self._cold,
+                                                            BlockTable.of(manifest.blocks)))
 
     def __getstate__(self):
         if self._endpoint is not None and get_worker_info() is None:
@@ -290,18 +289,18 @@ class TieredDataset(IterableDataset):
             self.start()
         return self._iterate()
 
-    def _plan(self, epoch: int, rest: np.ndarray, start: int, rank: int, world: int) -> dict[str, Any]:
+    def _plan(self, epoch: int, rest: np.ndarray, start: int, rank: int, world: int) -> StreamPlan:
         """The block sequence the node cache prefetches for this rank's iteration (plus a look-ahead
         into the next epoch, which only informs eviction)."""
         manifest = self._manifest
         lookahead = manifest.sample_block[self.rank_order(epoch + 1)]
-        return {"dataset_id": manifest.dataset_id, "epoch": epoch, "consume_len": len(rest),
-                "seq": np.concatenate([manifest.sample_block[rest], lookahead]).astype(np.int32),
-                "reuse_gap": self._reuse_gap(), "start": start,
-                "lineage": f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}"}
+        return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest),
+                          seq=np.concatenate([manifest.sample_block[rest], lookahead]).astype(np.int32),
+                          reuse_gap=self._reuse_gap(), start=start,
+                          lineage=f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}")
 
     def _open_stream(self, link: NodeLink, stream_id: str, worker: int, workers: int,
-                     plan: Callable[[], dict[str, Any]]) -> None:
+                     plan: Callable[[], StreamPlan]) -> None:
         """Join this iteration's stream on the node cache, creating it (and registering the
         dataset, after a cache restart) when needed."""
         if link.call("open_stream", stream_id, worker, workers, wait_s=30.0):
@@ -315,8 +314,7 @@ class TieredDataset(IterableDataset):
             link.call("open_stream", stream_id, worker, workers, plan())
 
     def _direct_source(self) -> DirectSource:
-        return DirectSource(self.config, self.url, self._storage_options,
-                            {block.key: block for block in self.manifest.blocks})
+        return DirectSource(self.config, self._cold, {block.key: block for block in self.manifest.blocks})
 
     def _iterate(self) -> Iterator[tuple[Any, int]]:
         # A generator, so the reader (which takes the pending resume point) is built at the

@@ -16,9 +16,16 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     │   ├── CredentialsExpiredError        the cold tier rejected expired credentials
     │   └── TransientBackendError          throttling, reset, 5xx: safe to retry
     ├── ManifestError(ValueError)          the dataset cannot be described (empty prefix, bad layout)
+    ├── DecodeError(ValueError)            block bytes do not decode into samples (not an image, bad tar)
+    ├── CodecError(ValueError)             a wire payload does not decode (unknown codec, size mismatch)
     └── ServiceError(RuntimeError)         a tierload actor or its local channel failed
         ├── ChannelLostError               the node cache's local channel broke or cannot be reached
-        └── StreamNotOpenError             the node cache does not know the stream (expired or restarted)
+        ├── StreamNotOpenError             the node cache does not know the stream (expired or restarted)
+        ├── MessageError                   a message from another process has the wrong type or version
+        └── MethodNotAllowedError          a channel call names a method the server does not serve
+
+Every error pickles back as its own class with its context (tier, key, url, where, remote
+traceback), so one raised in an actor or behind the local channel can be caught by type.
 """
 
 from __future__ import annotations
@@ -32,15 +39,19 @@ class TierloadError(Exception):
         tier: The tier involved (``"cold"``, ``"warm"``, ``"hot"``), if any.
         key: The block key or object key involved, if any.
         url: The URL involved, if any.
+        where: Which process or thread raised it, when it crossed a process boundary.
+        remote_traceback: The original traceback text, kept across the process boundary.
     """
 
     def __init__(self, message: str, *, tier: str | None = None, key: str | None = None,
-                 url: str | None = None) -> None:
+                 url: str | None = None, where: str = "", remote_traceback: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.tier = tier
         self.key = key
         self.url = url
+        self.where = where
+        self.remote_traceback = remote_traceback
 
     def __str__(self) -> str:
         context = [f"{name}={value!r}" for name, value in
@@ -48,12 +59,15 @@ class TierloadError(Exception):
         return f"{self.message} ({', '.join(context)})" if context else self.message
 
     def __reduce__(self):
-        # Keep the keyword-only context when the error crosses a Ray or process boundary.
-        return (_rebuild_error, (type(self), self.message, self.tier, self.key, self.url))
+        # Rebuild the same class and restore every attribute (the keyword-only context, and the
+        # remote traceback a channel attaches), whatever a subclass's constructor looks like.
+        return (_rebuild_error, (type(self), self.message), dict(self.__dict__))
 
 
-def _rebuild_error(cls, message, tier, key, url):
-    return cls(message, tier=tier, key=key, url=url)
+def _rebuild_error(cls: type[TierloadError], message: str) -> TierloadError:
+    error = cls.__new__(cls, message)
+    Exception.__init__(error, message)
+    return error  # pickle then restores __dict__ (BaseException.__setstate__)
 
 
 class ConfigError(TierloadError, ValueError):
@@ -104,18 +118,19 @@ class ManifestError(TierloadError, ValueError):
     """The dataset cannot be described from what the cold prefix holds."""
 
 
+class DecodeError(TierloadError, ValueError):
+    """Block bytes could not be decoded into samples (e.g. not an image, not a run of tar members)."""
+
+
+class CodecError(TierloadError, ValueError):
+    """A wire payload could not be decoded: unknown codec, or it decoded to the wrong size."""
+
+
 class ServiceError(TierloadError, RuntimeError):
     """A tierload actor, or the local channel to it, failed.
 
-    Attributes:
-        where: Which process or thread raised the original error.
-        remote_traceback: The original traceback text, kept across the process boundary.
+    Its text names where the original error was raised and carries its traceback.
     """
-
-    def __init__(self, message: str, *, where: str = "", remote_traceback: str = "", **kwargs) -> None:
-        super().__init__(message, **kwargs)
-        self.where = where
-        self.remote_traceback = remote_traceback
 
     def __str__(self) -> str:
         text = super().__str__()
@@ -125,13 +140,6 @@ class ServiceError(TierloadError, RuntimeError):
             text = f"{text}\n--- remote traceback ---\n{self.remote_traceback}"
         return text
 
-    def __reduce__(self):
-        return (_rebuild_service_error, (self.message, self.where, self.remote_traceback))
-
-
-def _rebuild_service_error(message, where, remote_traceback):
-    return ServiceError(message, where=where, remote_traceback=remote_traceback)
-
 
 class ChannelLostError(ServiceError):
     """The node cache's local channel broke or cannot be reached (the actor died or restarted)."""
@@ -139,3 +147,12 @@ class ChannelLostError(ServiceError):
 
 class StreamNotOpenError(ServiceError):
     """The node cache does not know the stream: it expired while idle, or the cache restarted."""
+
+
+class MessageError(ServiceError):
+    """A message from another process is not what this process understands (wrong type or version,
+    e.g. a node cache and a consumer running different tierload releases)."""
+
+
+class MethodNotAllowedError(ServiceError):
+    """A channel call named a method the server does not serve (it is not on its allow-list)."""

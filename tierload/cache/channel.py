@@ -19,7 +19,7 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-from tierload.errors import ChannelLostError, ServiceError, TierloadError
+from tierload.errors import ChannelLostError, MethodNotAllowedError, ServiceError, TierloadError
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +28,20 @@ class ChannelServer:
     """Serves method calls on ``target`` to local clients, one thread per connection.
 
     Args:
-        target: Object whose public methods are callable (names starting with ``_`` are not).
+        target: Object whose methods are served.
         address: Unix socket path.
         authkey: Shared secret (bytes) clients must present.
         where: Description of the serving process, attached to errors sent back.
+        methods: The names of the methods of ``target`` clients may call (the allow-list);
+            a call to any other name is refused with :class:`MethodNotAllowedError`.
     """
 
-    def __init__(self, target: Any, address: str, authkey: bytes, where: str) -> None:
+    def __init__(self, target: Any, address: str, authkey: bytes, where: str, methods: frozenset[str]) -> None:
         self.target = target
         self.address = address
         self.authkey = authkey
         self.where = where
+        self.methods = frozenset(methods)
         if os.path.exists(address):
             os.unlink(address)  # a stale socket of a dead actor on the same path
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
@@ -67,14 +70,16 @@ class ChannelServer:
                 except (EOFError, OSError):
                     return
                 try:
-                    if method.startswith("_"):
-                        raise AttributeError(f"{method} is not callable over the channel")
+                    if method not in self.methods:
+                        raise MethodNotAllowedError(f"{method!r} is not served over this channel; it serves "
+                                                    f"{', '.join(sorted(self.methods))}", where=self.where)
                     result = getattr(self.target, method)(*args, **kwargs)
                     reply = (True, result)
                 except Exception as exc:  # noqa: BLE001 - every error goes back to the caller
+                    error: Exception
                     if isinstance(exc, TierloadError):
-                        error: Exception = exc
-                        error.remote_traceback = traceback.format_exc()  # type: ignore[attr-defined]
+                        exc.remote_traceback = traceback.format_exc()
+                        error = exc
                     else:
                         error = ServiceError(f"{type(exc).__name__}: {exc}", where=self.where,
                                              remote_traceback=traceback.format_exc())
@@ -116,7 +121,7 @@ class ChannelClient:
         return {"address": self.address, "authkey": self.authkey}
 
     def __setstate__(self, state):
-        self.__init__(state["address"], state["authkey"])
+        ChannelClient.__init__(self, state["address"], state["authkey"])
 
     def _process_lock(self) -> threading.Lock:
         """This process's lock. A lock copied by fork may have been held by another thread of the

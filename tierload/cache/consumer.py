@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,9 +24,10 @@ from tierload import codec
 from tierload.blockfile import decode_block
 from tierload.blocks import Block
 from tierload.cache.channel import ChannelClient
+from tierload.cache.messages import Endpoint
 from tierload.config import TierloadConfig
 from tierload.errors import ChannelLostError, IntegrityError, StreamNotOpenError
-from tierload.stores.cold import ColdSource
+from tierload.stores.cold import ColdLocation, ColdSource
 from tierload.stores.local import LocalDirStore
 from tierload.stores.registry import open_store
 
@@ -37,15 +39,13 @@ class DirectSource:
 
     Args:
         config: The dataset's configuration.
-        cold_url: The dataset prefix.
-        storage_options: Resolved cold-tier options.
+        cold: The dataset's cold location.
         blocks: The dataset's blocks, by key.
     """
 
-    def __init__(self, config: TierloadConfig, cold_url: str, storage_options: dict,
-                 blocks: dict[str, Block]) -> None:
+    def __init__(self, config: TierloadConfig, cold: ColdLocation, blocks: dict[str, Block]) -> None:
         self.blocks = blocks
-        self.cold = ColdSource(cold_url, config.cold, storage_options=storage_options)
+        self.cold = ColdSource(cold, config.cold)
         self.warm = open_store(config.warm.url, "warm") if config.warm.url else None
 
     def read(self, key: str) -> bytes:
@@ -68,12 +68,12 @@ class NodeLink:
     its hot directory when the cache restarts (new socket key). Pickles to where it points.
 
     Args:
-        endpoint: ``{"address", "authkey", "hot_dirs"}`` as returned by the cache's ``endpoint()``.
+        endpoint: As returned by the cache's ``endpoint()``.
     """
 
-    def __init__(self, endpoint: dict) -> None:
-        self.endpoint = {k: endpoint[k] for k in ("address", "authkey", "hot_dirs")}
-        self.client = ChannelClient(endpoint["address"], endpoint["authkey"])
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = Endpoint.received(endpoint)
+        self.client = ChannelClient(endpoint.address, endpoint.authkey)
         self.reconnects = 0
         self._last_attempt = 0.0
 
@@ -81,11 +81,11 @@ class NodeLink:
         return {"endpoint": self.endpoint}
 
     def __setstate__(self, state):
-        self.__init__(state["endpoint"])
+        NodeLink.__init__(self, state["endpoint"])
 
     @property
-    def hot_dirs(self) -> list[str]:
-        return self.endpoint["hot_dirs"]
+    def hot_dirs(self) -> tuple[str, ...]:
+        return self.endpoint.hot_dirs
 
     def call(self, method: str, *args, wait_s: float = 0.0):
         """Call the cache; if it is gone, look for a restarted one for up to ``wait_s`` seconds.
@@ -118,7 +118,7 @@ class NodeLink:
                 self._last_attempt = now
                 endpoint = read_endpoint(self.hot_dirs[-1])
                 if endpoint is not None:
-                    client = ChannelClient(endpoint["address"], endpoint["authkey"])
+                    client = ChannelClient(endpoint.address, endpoint.authkey)
                     try:
                         client.call("ready")
                     except ChannelLostError:
@@ -126,9 +126,10 @@ class NodeLink:
                     else:
                         self.client.close()
                         self.client = client
-                        self.endpoint.update(address=endpoint["address"], authkey=endpoint["authkey"])
+                        # The channel moves; the hot directories are the ones this link started with.
+                        self.endpoint = replace(endpoint, hot_dirs=self.endpoint.hot_dirs)
                         self.reconnects += 1
-                        log.warning("reconnected to the node cache (pid %s)", endpoint.get("pid"))
+                        log.warning("reconnected to the node cache (pid %s)", endpoint.pid)
                         return True
             if time.monotonic() >= deadline:
                 return False

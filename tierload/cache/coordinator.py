@@ -22,6 +22,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from tierload.cache.messages import SyncAnswer, SyncReport
 from tierload.config import TierloadConfig, as_config
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
@@ -90,39 +91,38 @@ class Coordinator:
         return new.model_dump(mode="json")
 
     # ------------------------------------------------------------------ sync
-    def sync(self, node_id: str, report: dict[str, Any]) -> dict[str, Any]:
+    def sync(self, node_id: str, report: SyncReport) -> SyncAnswer:
         """Take one node's batch and answer it.
 
         Args:
             node_id: The reporting node.
-            report: ``counts`` ({key: accesses}), ``now`` (decay clock), ``proposals``
-                ([(key, stored_size_bytes)] for the warm tier), ``drops`` (corrupt warm copies),
-                ``hot_added`` / ``hot_removed`` (residency changes), ``hot_full`` (complete
-                residency, sent after a restart of either side), ``lost`` (peers that did not
-                answer), ``since`` (holder-map version the node has).
+            report: What the node learned since its last sync.
 
         Returns:
-            ``incarnation``, ``version``, ``granted`` and ``present`` (one bool per proposal),
-            ``holders`` ({key: [node ids]} changed since ``since``) and ``full`` (the holder map
-            is complete rather than a delta).
+            The warm admissions (one ``granted``/``present`` per proposal) and the holder-map
+            changes since ``report.since``.
+
+        Raises:
+            MessageError: ``report`` is not a :class:`SyncReport` of this release.
         """
+        report = SyncReport.received(report)
         with self._lock:
             self._nodes[node_id] = time.time()
             self._forgotten.discard(node_id)
-            clock = self._clock(report.get("now", 0.0))
-            for key, amount in report.get("counts", {}).items():
+            clock = self._clock(report.now)
+            for key, amount in report.counts.items():
                 self._counter.add(key, clock, amount)
                 if self._index is not None:
                     self._index.policy.on_access(key, clock)
                 self._accesses += amount
             self._apply_residency(node_id, report)
-            for lost in report.get("lost", ()):
+            for lost in report.lost:
                 self._check_lost(lost)
             self._check_liveness()
-            granted, present = self._admit_warm(report.get("proposals", ()), report.get("drops", ()), clock)
-            holders, full = self._holders_since(report.get("since", -1))
-            return {"incarnation": self.incarnation, "version": self._version, "granted": granted,
-                    "present": present, "holders": holders, "full": full}
+            granted, present = self._admit_warm(report.proposals, report.drops, clock)
+            holders, full = self._holders_since(report.since)
+            return SyncAnswer(incarnation=self.incarnation, holders_version=self._version, granted=granted,
+                              present=present, holders=holders, full=full)
 
     def commit(self, committed: list[str], aborted: list[str]) -> None:
         """Warm writes that completed (now readable) and that failed (space released)."""
@@ -174,7 +174,7 @@ class Coordinator:
         return self._now
 
     def _admit_warm(self, proposals, drops, clock) -> tuple[list[bool], list[bool]]:
-        if self._index is None:
+        if self._index is None or self._store is None:
             return [False] * len(proposals), [False] * len(proposals)
         for key in drops:
             self._drop_warm(key)
@@ -188,14 +188,14 @@ class Coordinator:
         return granted, present
 
     def _drop_warm(self, key: str) -> int:
-        if self._index is None:
+        if self._index is None or self._store is None:
             return 0
         removed = self._index.remove(key)
         self._store.delete(key)
         return int(removed)
 
-    def _apply_residency(self, node_id: str, report: dict) -> None:
-        full = report.get("hot_full")
+    def _apply_residency(self, node_id: str, report: SyncReport) -> None:
+        full = report.hot_full
         if full is not None:
             current = self._node_keys.get(node_id, set())
             wanted = set(full)
@@ -203,13 +203,13 @@ class Coordinator:
                 self._set_holder(key, node_id, False)
             for key in wanted - current:
                 self._set_holder(key, node_id, True)
-        for key in report.get("hot_added", ()):
+        for key in report.hot_added:
             self._set_holder(key, node_id, True)
-        for key in report.get("hot_removed", ()):
+        for key in report.hot_removed:
             self._set_holder(key, node_id, False)
 
     def _set_holder(self, key: str, node_id: str, held: bool) -> None:
-        holders = self._holders.get(key, ())
+        holders = self._holders.get(key, set())
         if held == (node_id in holders):
             return
         if held:

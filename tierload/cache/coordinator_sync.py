@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Callable
 
 from tierload.blockfile import encode_block
+from tierload.cache.messages import SyncAnswer, SyncReport
 from tierload.errors import BackendError
 from tierload.stores.base import BlockStore
 
@@ -121,23 +122,22 @@ class CoordinatorSync:
             lost = sorted(self._lost)
         need_full = self._need_full
         counts, added, removed, full = self.collect(need_full)
-        report = {"counts": counts, "now": self.now(), "proposals": [(k, len(v)) for k, v in writes.items()],
-                  "drops": drops, "hot_added": added, "hot_removed": removed, "lost": lost, "since": self._since}
-        if need_full:
-            report["hot_full"] = full
-        answer = self.call("sync", self.node_id, report)
+        report = SyncReport(counts=counts, now=self.now(), proposals=[(k, len(v)) for k, v in writes.items()],
+                            drops=drops, hot_added=added, hot_removed=removed, hot_full=full if need_full else None,
+                            lost=lost, since=self._since)
+        answer = SyncAnswer.received(self.call("sync", self.node_id, report))
         self.stats["syncs"] += 1
         if need_full:
             self._need_full = False
-        if answer["incarnation"] != self._incarnation:
+        if answer.incarnation != self._incarnation:
             if self._incarnation is not None:
                 log.warning("the coordinator restarted; resending this node's residency")
                 self._need_full = True
                 self.known_warm.clear()
-            self._incarnation = answer["incarnation"]
-        self._apply_holders(answer["holders"], answer["full"])
-        self._since = answer["version"]
-        self._write_admitted(writes, answer["granted"], answer["present"])
+            self._incarnation = answer.incarnation
+        self._apply_holders(answer.holders, answer.full)
+        self._since = answer.holders_version
+        self._write_admitted(writes, answer.granted, answer.present)
 
     def _apply_holders(self, holders: dict[str, list[str]], full: bool) -> None:
         others = {key: [n for n in nodes if n != self.node_id] for key, nodes in holders.items()}
@@ -152,8 +152,10 @@ class CoordinatorSync:
                     self.holders.pop(key, None)
 
     def _write_admitted(self, writes: dict[str, bytes], granted: list[bool], present: list[bool]) -> None:
+        if self.warm_store is None:
+            return  # nothing was offered (see offer_warm)
         committed, aborted = [], []
-        for (key, data), admit, there in zip(writes.items(), granted, present):
+        for (key, data), admit, there in zip(writes.items(), granted, present, strict=True):
             if there:
                 self.known_warm.add(key)
             if not admit:

@@ -1,7 +1,7 @@
 """Where consumers find their node's cache: a Unix socket path and an endpoint file.
 
-The cache publishes ``{address, authkey, hot_dirs, pid}`` in its hot directory (an owner-only
-file), so a consumer whose cache restarted finds the new one without Ray.
+The cache publishes its :class:`~tierload.cache.messages.Endpoint` in its hot directory (an
+owner-only JSON file), so a consumer whose cache restarted finds the new one without Ray.
 """
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any
 
 import xxhash
+
+from tierload.cache.messages import Endpoint
 
 ENDPOINT_FILE = ".endpoint.json"
 
@@ -22,22 +23,24 @@ def channel_address(node_id: str, hot_dir: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"tierload-{ident}.sock")
 
 
-def publish_endpoint(hot_dir, endpoint: dict[str, Any]) -> None:
+def publish_endpoint(hot_dir, endpoint: Endpoint) -> None:
     """Write ``endpoint`` (its ``authkey`` as hex) into ``hot_dir``, atomically and owner-only."""
     path = os.path.join(str(hot_dir), ENDPOINT_FILE)
     tmp = f"{path}.{os.getpid()}.tmp"
     descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
-        json.dump({**endpoint, "authkey": endpoint["authkey"].hex(), "pid": os.getpid()}, handle)
+        json.dump(endpoint.to_json(), handle)
     os.replace(tmp, path)
 
 
-def read_endpoint(hot_dir) -> dict[str, Any] | None:
-    """The endpoint a node cache published in ``hot_dir``, or None."""
+def read_endpoint(hot_dir) -> Endpoint | None:
+    """The endpoint a node cache published in ``hot_dir``, or None (no file, or not an endpoint).
+
+    Raises:
+        MessageError: Another tierload release published it.
+    """
     try:
         with open(os.path.join(str(hot_dir), ENDPOINT_FILE)) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+            return Endpoint.from_json(json.load(handle))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    data["authkey"] = bytes.fromhex(data["authkey"])
-    return data

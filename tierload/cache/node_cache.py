@@ -34,6 +34,7 @@ from tierload.cache.channel import ChannelServer
 from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.cache.endpoint import channel_address, publish_endpoint
 from tierload.cache.hot_tier import HotTier
+from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
 from tierload.cache.oracle import PlanOracle
 from tierload.cache.stats import new_stats
 from tierload.cache.stream import Stream
@@ -48,7 +49,13 @@ log = logging.getLogger(__name__)
 
 ACQUIRE_TIMEOUT_S = 600.0
 RECORD_LIMIT = 10_000_000  # accesses a trace recording keeps at most
-STREAM_IDLE_TIMEOUT_S = 120.0
+# What consumers on this node may call over the local channel (nothing else is served there).
+CHANNEL_METHODS = frozenset({"ready", "endpoint", "has_dataset", "register_dataset", "open_stream", "progress",
+                             "close_consumer", "acquire", "invalidate", "record_trace", "sync_now", "stats",
+                             "stream_stats"})
+# What tierload's own actors and the CLI may call through Ray: the channel's methods, serving peers,
+# and running the deployment.
+ACTOR_METHODS = CHANNEL_METHODS | {"read_block", "set_policy", "close"}
 
 
 @dataclass
@@ -121,7 +128,8 @@ class NodeCache:
         self._address = channel_address(node_id, self.hot_dir)
         self._authkey = secrets.token_bytes(32)
         publish_endpoint(self._hot.dirs[-1], self.endpoint())
-        self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {node_id}")
+        self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {node_id}",
+                                     methods=CHANNEL_METHODS)
         self._scheduler = threading.Thread(target=self._schedule_loop, name="tierload-prefetch", daemon=True)
         self._scheduler.start()
         if self._sync is not None:
@@ -138,20 +146,25 @@ class NodeCache:
         """Cheap liveness probe."""
         return True
 
-    def endpoint(self) -> dict[str, Any]:
+    def endpoint(self) -> Endpoint:
         """Where consumers on this node find the cache: channel address, key and hot directories."""
-        return {"address": self._address, "authkey": self._authkey, "node_id": self.node_id,
-                "hot_dirs": self._hot.dirs}
+        return Endpoint(self._address, self._authkey, self.node_id, tuple(str(d) for d in self._hot.dirs),
+                        os.getpid())
 
     def has_dataset(self, dataset_id: str) -> bool:
         with self._cond:
             return dataset_id in self._datasets
 
-    def register_dataset(self, dataset_id: str, cold_url: str, storage_options: dict, keys: list[str],
-                         urls: list[str], versions: list[str], offsets: list[int], lengths: list[int]) -> None:
-        """Tell the cache the blocks of a dataset (once per dataset; idempotent)."""
-        blocks = [Block(*row) for row in zip(keys, urls, versions, offsets, lengths)]
-        source = ColdSource(cold_url, self.config.cold, storage_options=storage_options)
+    def register_dataset(self, registration: DatasetRegistration) -> None:
+        """Tell the cache the blocks of a dataset (once per dataset; idempotent).
+
+        Raises:
+            MessageError: ``registration`` is not a :class:`DatasetRegistration` of this release.
+        """
+        registration = DatasetRegistration.received(registration)
+        dataset_id = registration.dataset_id
+        blocks = BlockTable.received(registration.blocks).blocks()
+        source = ColdSource(registration.cold, self.config.cold)
         with self._cond:
             if dataset_id in self._datasets:
                 return
@@ -161,21 +174,24 @@ class NodeCache:
                 self._key_owners[block.key].append((dataset_id, index))
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
-                    plan: dict | None = None) -> bool:
+                    plan: StreamPlan | None = None) -> bool:
         """Join (or create, when ``plan`` is given) the stream of a rank's epoch.
 
         Args:
             stream_id: Unique per (dataset, epoch, rank, iteration).
             consumer: DataLoader worker id within the rank.
             num_consumers: DataLoader workers of the rank.
-            plan: ``{"dataset_id", "epoch", "seq", "consume_len", "reuse_gap"}``; needed only to create.
+            plan: The stream's :class:`StreamPlan`; needed only to create it.
 
         Returns:
             False if the stream does not exist and no plan was given (call again with it).
 
         Raises:
             ServiceError: The plan names a dataset that was never registered.
+            MessageError: ``plan`` is not a :class:`StreamPlan` of this release.
         """
+        if plan is not None:
+            plan = StreamPlan.received(plan)
         if plan is not None and self._sync is not None:
             try:
                 self._sync.flush()  # an up-to-date holder map before the epoch's first fetches
@@ -186,13 +202,13 @@ class NodeCache:
             if stream is None:
                 if plan is None:
                     return False
-                dataset = self._datasets.get(plan["dataset_id"])
+                dataset = self._datasets.get(plan.dataset_id)
                 if dataset is None:
-                    raise ServiceError(f"dataset {plan['dataset_id']} is not registered with this node cache")
-                stream = Stream(stream_id, plan["dataset_id"], plan["epoch"], plan["seq"], plan["consume_len"],
-                                num_consumers, len(dataset.blocks), plan.get("reuse_gap", 1), plan.get("start", 0))
+                    raise ServiceError(f"dataset {plan.dataset_id} is not registered with this node cache")
+                stream = Stream(stream_id, plan.dataset_id, plan.epoch, plan.seq, plan.consume_len,
+                                num_consumers, len(dataset.blocks), plan.reuse_gap, plan.start)
                 stream.stats = new_stats()
-                stream.lineage = plan.get("lineage", stream_id)
+                stream.lineage = plan.lineage or stream_id
                 self._forget_ghost(stream.lineage)
                 self._streams[stream_id] = stream
                 self._streams_by_dataset[stream.dataset_id].append(stream)
@@ -236,7 +252,8 @@ class NodeCache:
             stream = self._streams.get(stream_id)
             if stream is None:
                 raise StreamNotOpenError(f"stream {stream_id} is not open on this node cache (expired after "
-                                         f"{STREAM_IDLE_TIMEOUT_S:.0f}s idle, or the cache restarted)")
+                                         f"{self.config.prefetch.stream_idle_timeout_s:g}s idle, or the cache "
+                                         "restarted)")
             self._last_active[stream_id] = time.monotonic()
             if corrupt_key is not None:
                 self._drop_corrupt(corrupt_key, stream)
@@ -426,9 +443,10 @@ class NodeCache:
 
     def _expire_idle(self) -> None:
         now = time.monotonic()
+        timeout_s = self.config.prefetch.stream_idle_timeout_s
         for stream_id, stream in list(self._streams.items()):
-            if now - self._last_active.get(stream_id, now) > STREAM_IDLE_TIMEOUT_S:
-                log.info("closing stream %s: no consumer activity for %.0fs", stream_id, STREAM_IDLE_TIMEOUT_S)
+            if now - self._last_active.get(stream_id, now) > timeout_s:
+                log.info("closing stream %s: no consumer activity for %gs", stream_id, timeout_s)
                 self._close_stream(stream)
 
     def _block_of_run(self, stream: Stream, run: int) -> Block:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 
 from tierload.config import TierloadConfig
-from tierload.errors import ServiceError
+from tierload.errors import MethodNotAllowedError, ServiceError
+
+if TYPE_CHECKING:
+    from tierload.cache.messages import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ def get_coordinator(config: TierloadConfig):
 
     from tierload.cache.coordinator import Coordinator
 
-    handle = ray.remote(Coordinator).options(
+    handle: Any = ray.remote(Coordinator).options(
         **_actor_options(coordinator_name(config), config.ray.namespace)).remote(config.to_dict())
     try:
         ray.get(handle.ready.remote(), timeout=120)
@@ -132,6 +135,7 @@ class _RayNodeCache:
         from tierload.cache.node_cache import NodeCache
 
         node_id = ray.get_runtime_context().get_node_id()
+        self.where = f"node cache actor on node {node_id}"
         self.cache = NodeCache(config, node_id=node_id, coordinator_call=_CoordinatorCall(coordinator, namespace),
                                peer_call=_PeerCall(config, namespace))
 
@@ -139,9 +143,16 @@ class _RayNodeCache:
         return True
 
     def call(self, method: str, *args, **kwargs):
-        """Invoke a NodeCache method (the same API the local channel serves)."""
-        if method.startswith("_"):
-            raise AttributeError(method)
+        """Invoke a NodeCache method: the local channel's, plus what peers and the CLI need.
+
+        Raises:
+            MethodNotAllowedError: ``method`` is not in :data:`~tierload.cache.node_cache.ACTOR_METHODS`.
+        """
+        from tierload.cache.node_cache import ACTOR_METHODS
+
+        if method not in ACTOR_METHODS:
+            raise MethodNotAllowedError(f"{method!r} is not served by the node cache actor; it serves "
+                                        f"{', '.join(sorted(ACTOR_METHODS))}", where=self.where)
         return getattr(self.cache, method)(*args, **kwargs)
 
 
@@ -154,7 +165,7 @@ def get_node_cache(config: TierloadConfig, node_id: str | None = None):
     get_coordinator(config)
     options = _actor_options(node_cache_name(config, node_id), config.ray.namespace)
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-    handle = ray.remote(_RayNodeCache).options(**options).remote(
+    handle: Any = ray.remote(_RayNodeCache).options(**options).remote(
         config.to_dict(), coordinator_name(config), config.ray.namespace)
     try:
         ray.get(handle.ready.remote(), timeout=120)
@@ -163,7 +174,7 @@ def get_node_cache(config: TierloadConfig, node_id: str | None = None):
     return handle
 
 
-def node_endpoint(config: TierloadConfig) -> dict[str, Any]:
+def node_endpoint(config: TierloadConfig) -> Endpoint:
     """Start (or find) this node's cache and return how consumers reach it."""
     import ray
 
@@ -229,7 +240,7 @@ def apply_policy(config: TierloadConfig, policy) -> dict[str, Any]:
     if not caches and not has_coordinator:
         raise ServiceError("no tierload actors run for this configuration (same hot.dir and warm.url as the "
                            "service?); start them with `tierload serve`")
-    effective = None
+    effective: Any = None
     for name in caches:
         handle = ray.get_actor(name, namespace=config.ray.namespace)
         effective = ray.get(handle.call.remote("set_policy", policy_dict), timeout=60)

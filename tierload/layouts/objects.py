@@ -17,15 +17,11 @@ import torch
 from PIL import Image
 
 from tierload.blocks import Block
-from tierload.errors import ManifestError, TierloadError
+from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
 from tierload.stores.cold import ObjectInfo
 
 log = logging.getLogger(__name__)
-
-
-class DecodeError(TierloadError, ValueError):
-    """Block bytes could not be decoded into samples (e.g. not an image)."""
 
 
 def _class_of(prefix_url: str, url: str) -> str:
@@ -76,9 +72,8 @@ def plan_objects(prefix_url: str, objects: list[ObjectInfo], *, extensions: tupl
 
 def decode_image(data: bytes) -> torch.Tensor:
     """PNG/JPEG bytes -> uint8 tensor of shape (C, H, W); C is 1 (gray), 3 (RGB) or 4 (RGBA)."""
-    with Image.open(io.BytesIO(data)) as image:
-        if image.mode not in ("L", "RGB", "RGBA"):
-            image = image.convert("RGB")
+    with Image.open(io.BytesIO(data)) as opened:
+        image: Image.Image = opened if opened.mode in ("L", "RGB", "RGBA") else opened.convert("RGB")
         array = np.asarray(image, dtype=np.uint8)
     array = array[None, :, :] if array.ndim == 2 else array.transpose(2, 0, 1)
     # Exactly one copy, into C-order (H, W, C) -> (C, H, W): it also makes the tensor writable

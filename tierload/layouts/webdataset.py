@@ -30,9 +30,9 @@ import numpy as np
 import torch
 
 from tierload.blocks import Block
-from tierload.errors import ManifestError
+from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
-from tierload.layouts.objects import DecodeError, decode_image
+from tierload.layouts.objects import decode_image
 from tierload.stores.cold import ColdSource, ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ def walk_members(read, size: int) -> Iterator[tuple[int, int, int, str]]:
     Raises:
         ValueError: A header is corrupt (bad checksum) or the stream ends inside a member.
     """
-    pos, record_start, long_name, pax = 0, None, None, {}
+    pax: dict[str, str] = {}
+    pos, record_start, long_name = 0, None, None
     while pos + _RECORD <= size:
         header = read(pos, _RECORD)
         if len(header) < _RECORD:

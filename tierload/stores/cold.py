@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
@@ -55,7 +55,7 @@ class ObjectInfo:
 
 
 def _error_code(exc: BaseException) -> str:
-    cause = exc
+    cause: BaseException | None = exc
     while cause is not None:
         response = getattr(cause, "response", None)
         if isinstance(response, dict):
@@ -93,7 +93,7 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException | None):
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -131,26 +131,66 @@ def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[
     return options
 
 
+@dataclass(frozen=True)
+class ColdLocation:
+    """Where a dataset lives in the cold tier and how to reach it, resolved once.
+
+    Resolved in the process that reads the configuration and shipped as is to every process
+    that reads the cold tier (DataLoader workers, actors on other nodes), so no process falls
+    back to other settings because its environment differs. Its options may hold credentials:
+    they never appear in its ``repr`` (so neither in logs, errors nor status).
+
+    Attributes:
+        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits`` (no trailing ``/``).
+        storage_options: Resolved fsspec/s3fs options.
+    """
+
+    url: str
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
+
+    @classmethod
+    def resolve(cls, url: str, config: ColdConfig, environ: dict | None = None) -> "ColdLocation":
+        """The location of ``url`` with options from ``config`` (for S3: see :func:`s3_storage_options`)."""
+        url = url.rstrip("/")
+        if fsspec.utils.get_protocol(url) in ("s3", "s3a"):
+            return cls(url, s3_storage_options(config, environ))
+        return cls(url, dict(config.storage_options))
+
+    @property
+    def protocol(self) -> str:
+        """The URL's fsspec protocol, e.g. ``s3`` or ``file``."""
+        return fsspec.utils.get_protocol(self.url)
+
+    @property
+    def endpoint_url(self) -> str:
+        """The S3 endpoint the options name (empty when none); part of the manifest's identity."""
+        return str((self.storage_options.get("client_kwargs") or {}).get("endpoint_url", ""))
+
+    def __repr__(self) -> str:
+        endpoint = f", endpoint_url={self.endpoint_url!r}" if self.endpoint_url else ""
+        return f"ColdLocation(url={self.url!r}{endpoint})"
+
+
 class ColdSource:
     """Read-only access to the cold tier under one URL prefix.
 
     Args:
-        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits``.
+        location: The dataset's :class:`ColdLocation`, or its prefix URL (its options are then
+            resolved from ``config`` here).
         config: Cold-tier settings.
-        storage_options: Resolved fsspec options (default: resolved from ``config`` here).
 
     The filesystem is created lazily in each process (never inherited through fork or
     pickling), so every process gets its own event loop and HTTP session.
     """
 
-    def __init__(self, url: str, config: ColdConfig, storage_options: dict | None = None) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, location: ColdLocation | str, config: ColdConfig) -> None:
+        if isinstance(location, str):
+            location = ColdLocation.resolve(location, config)
+        self.location = location
+        self.url = location.url
         self.config = config
-        self.protocol = fsspec.utils.get_protocol(self.url)
-        if storage_options is None:
-            storage_options = s3_storage_options(config) if self.protocol in ("s3", "s3a") else dict(
-                config.storage_options)
-        self.storage_options = storage_options
+        self.protocol = location.protocol
+        self.storage_options = location.storage_options
         self._fs = None
         self._pid = -1
         self._credentials_generation = 0

@@ -1,0 +1,123 @@
+"""Errors cross process boundaries as their own class with their context.
+
+Every class of the tree round-trips through pickle (the classes are found by walking the tree,
+so a new one is covered without touching this file), the local channel hands a node cache's
+error back by type, and a stream the node cache forgot while the training loop paused is
+reopened, end to end.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+from collections import Counter
+
+import pytest
+from helpers import index_of, put_indexed_objects
+
+from tierload import codec, errors
+from tierload.cache.channel import ChannelClient, ChannelServer
+
+
+def _tree(root: type) -> list[type]:
+    found = [root]
+    for child in root.__subclasses__():
+        found.extend(cls for cls in _tree(child) if cls not in found)
+    return found
+
+
+ERROR_CLASSES = [cls for cls in _tree(errors.TierloadError) if cls.__module__ == errors.__name__]
+
+
+def test_the_tree_holds_every_error_of_the_errors_module():
+    declared = {obj for obj in vars(errors).values() if isinstance(obj, type) and issubclass(obj, Exception)}
+    assert declared == set(ERROR_CLASSES)
+    assert {errors.DecodeError, errors.CodecError} <= set(ERROR_CLASSES)
+    for cls in ERROR_CLASSES:
+        assert cls.__name__ in (errors.__doc__ or ""), f"{cls.__name__} is missing from the drawn tree"
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_error_round_trips_through_pickle_with_its_context(cls):
+    error = cls("it broke", tier="hot", key="blk-1", url="s3://bucket/x", where="node cache on node n1")
+    error.remote_traceback = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: inner\n"
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is cls
+    assert (back.message, back.tier, back.key, back.url, back.where, back.remote_traceback) == (
+        "it broke", "hot", "blk-1", "s3://bucket/x", "node cache on node n1", error.remote_traceback)
+    assert str(back) == str(error) and back.args == error.args
+
+
+def test_decode_and_codec_errors_are_still_value_errors():
+    with pytest.raises(errors.CodecError) as info:
+        codec.decode(codec.WirePayload("lz4", b"abc", 3))
+    assert isinstance(info.value, ValueError) and "'lz4'" in str(info.value)
+    with pytest.raises(ValueError):
+        codec.decode(codec.WirePayload("raw", b"abc", 4))
+    assert issubclass(errors.DecodeError, ValueError)
+
+
+class _Target:
+    def forgotten(self):
+        raise errors.StreamNotOpenError("stream s1 is not open on this node cache")
+
+    def buggy(self):
+        return {}["missing"]
+
+    def echo(self, value):
+        return value
+
+    def not_served(self):
+        return "should never run"
+
+
+@pytest.fixture
+def channel():
+    address = os.path.join(tempfile.gettempdir(), f"tierload-test-{os.getpid()}.sock")
+    server = ChannelServer(_Target(), address, b"k" * 32, where="test server",
+                           methods=frozenset({"forgotten", "buggy", "echo"}))
+    client = ChannelClient(address, b"k" * 32)
+    yield client
+    client.close()
+    server.close()
+
+
+def test_the_channel_hands_errors_back_by_type_with_their_remote_traceback(channel):
+    with pytest.raises(errors.StreamNotOpenError) as info:
+        channel.call("forgotten")
+    assert "in forgotten" in info.value.remote_traceback
+    with pytest.raises(errors.ServiceError) as wrapped:
+        channel.call("buggy")
+    assert type(wrapped.value) is errors.ServiceError and "KeyError" in str(wrapped.value)
+    assert wrapped.value.where == "test server" and "in buggy" in wrapped.value.remote_traceback
+    assert channel.call("echo", 7) == 7
+
+
+@pytest.mark.parametrize("method", ["not_served", "_private", "__init__"])
+def test_the_channel_serves_only_its_allow_list(channel, method):
+    with pytest.raises(errors.MethodNotAllowedError, match=repr(method)):
+        channel.call(method)
+    assert channel.call("echo", "still serving") == "still serving"
+
+
+def test_a_stream_that_expired_while_the_loop_paused_is_reopened(bucket, tier_config, make_dataset):
+    """The node cache closes a stream nobody touched for ``stream_idle_timeout_s``; the next miss
+    gets StreamNotOpenError over the channel and the reader reopens the stream: the epoch goes on
+    with every sample exactly once."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 40)
+    # A shallow prefetch window leaves most blocks unfetched when the loop pauses, so the loop
+    # has to ask the node cache again afterwards.
+    config = tier_config(warm=None, prefetch={"depth_blocks": 2, "stream_idle_timeout_s": 1.5})
+    dataset = make_dataset(f"s3://{name}/ds", config, layout="files", shuffle=False)
+    samples = iter(dataset)
+    seen = [index_of(next(samples)[0]) for _ in range(10)]
+    stream_count = len(dataset.cache_stats()["streams"])
+    time.sleep(4.0)  # past the idle timeout: the cache closes the stream
+    assert len(dataset.cache_stats()["streams"]) == stream_count - 1
+    seen.extend(index_of(sample) for sample, _label in samples)
+    assert Counter(seen) == Counter(range(40))
+    # At least once: on a loaded host a slow fetch can outlast the short timeout once more.
+    assert dataset.consumer_stats["reopened_streams"] >= 1

@@ -1,0 +1,140 @@
+"""What crosses a process boundary: versioned frozen messages, the node cache's allow-list, and
+the cold location that carries credentials without showing them."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pytest
+
+from tierload.blocks import Block
+from tierload.cache.channel import ChannelClient
+from tierload.cache.endpoint import ENDPOINT_FILE, publish_endpoint, read_endpoint
+from tierload.cache.messages import (
+    BlockTable,
+    DatasetRegistration,
+    Endpoint,
+    StreamPlan,
+    SyncAnswer,
+    SyncReport,
+)
+from tierload.cache.node_cache import ACTOR_METHODS, CHANNEL_METHODS, NodeCache
+from tierload.config import load_config
+from tierload.errors import MessageError, MethodNotAllowedError
+from tierload.stores.cold import ColdLocation, ColdSource
+
+SECRET = "very-secret-key-material"
+BLOCKS = [Block.of(f"file:///data/{i}.bin", f"v{i}", 0, 100 + i) for i in range(5)]
+LOCATION = ColdLocation("s3://bucket/train", {"key": "AKIA-test", "secret": SECRET,
+                                              "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}})
+
+
+def examples():
+    return [
+        StreamPlan(dataset_id="d", epoch=1, seq=[0, 1, 1, 2], consume_len=3, reuse_gap=2, start=1, lineage="d/r0"),
+        BlockTable.of(BLOCKS),
+        DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS)),
+        SyncReport(counts={"a": 2}, now=3.0, proposals=[("a", 10)], hot_full=["a"], since=4),
+        SyncAnswer(incarnation="i", holders_version=5, granted=[True], present=[False], holders={"a": ["n"]},
+                   full=False),
+        Endpoint("/tmp/x.sock", b"k" * 32, "node", ("/hot/ram", "/hot/disk"), 42),
+    ]
+
+
+@pytest.mark.parametrize("message", examples(), ids=lambda m: type(m).__name__)
+def test_messages_are_frozen_versioned_and_pickle(message):
+    cls = type(message)
+    assert dataclasses.is_dataclass(message) and message.version == cls.VERSION
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        message.version = 2
+    back = cls.received(pickle.loads(pickle.dumps(message)))
+    assert type(back) is cls and back.version == message.version
+
+
+@pytest.mark.parametrize("message", examples(), ids=lambda m: type(m).__name__)
+def test_a_message_of_another_version_or_type_is_refused_naming_both_versions(message):
+    cls = type(message)
+    newer = dataclasses.replace(message, version=cls.VERSION + 1)
+    with pytest.raises(MessageError, match=f"{cls.__name__} version {cls.VERSION + 1} received.*version "
+                                           f"{cls.VERSION}"):
+        cls.received(newer)
+    with pytest.raises(MessageError, match=f"expected a {cls.__name__}"):
+        cls.received({"version": cls.VERSION})
+
+
+def test_block_table_is_columnar_and_gives_the_blocks_back():
+    table = BlockTable.of(BLOCKS)
+    assert len(table) == 5 and table.offsets.dtype == np.int64 and table.lengths.tolist() == [100, 101, 102, 103, 104]
+    assert table.blocks() == BLOCKS
+    with pytest.raises(MessageError, match="keys=2, urls=1"):
+        BlockTable(("a", "b"), ("u",), ("v",), [0], [1])
+
+
+def test_stream_plan_holds_an_int32_sequence_and_checks_its_length():
+    plan = StreamPlan(dataset_id="d", epoch=0, seq=[3, 1, 2], consume_len=2)
+    assert plan.seq.dtype == np.int32 and plan.seq.tolist() == [3, 1, 2] and plan.lineage == ""
+    with pytest.raises(MessageError, match="consume_len=4"):
+        StreamPlan(dataset_id="d", epoch=0, seq=[0], consume_len=4)
+
+
+def test_published_endpoint_round_trips_and_a_foreign_version_is_refused(tmp_path):
+    endpoint = Endpoint("/tmp/x.sock", b"\x01" * 32, "node", (str(tmp_path),), 42)
+    assert "authkey" not in repr(endpoint) and "\\x01" not in repr(endpoint)
+    assert read_endpoint(tmp_path) is None
+    publish_endpoint(tmp_path, endpoint)
+    assert (tmp_path / ENDPOINT_FILE).stat().st_mode & 0o777 == 0o600
+    assert read_endpoint(tmp_path) == endpoint
+    publish_endpoint(tmp_path, dataclasses.replace(endpoint, version=Endpoint.VERSION + 1))
+    with pytest.raises(MessageError, match="Endpoint version"):
+        read_endpoint(tmp_path)
+    (tmp_path / ENDPOINT_FILE).write_text("{not json")
+    assert read_endpoint(tmp_path) is None
+
+
+def test_cold_location_never_shows_its_credentials():
+    for text in (repr(LOCATION), str(LOCATION), repr(DatasetRegistration("d", LOCATION, BlockTable.of([]))),
+                 repr(ColdSource(LOCATION, load_config({}).cold).location)):
+        assert SECRET not in text and "AKIA" not in text
+    assert "s3://bucket/train" in repr(LOCATION) and "127.0.0.1:9" in repr(LOCATION)
+    back = pickle.loads(pickle.dumps(LOCATION))
+    assert back == LOCATION and back.storage_options["secret"] == SECRET  # it travels, it is not shown
+
+
+def test_cold_location_is_resolved_once_from_config_and_environment():
+    config = load_config({"cold": {"region": "eu-west-3", "storage_options": {"key": "k", "secret": "s"}}})
+    location = ColdLocation.resolve("s3://bucket/train/", config.cold, environ={"AWS_ENDPOINT_URL": "http://e:1"})
+    assert location.url == "s3://bucket/train" and location.endpoint_url == "http://e:1"
+    assert location.storage_options["client_kwargs"]["region_name"] == "eu-west-3"
+    local = ColdLocation.resolve("file:///data/x", config.cold, environ={"AWS_ENDPOINT_URL": "http://e:1"})
+    assert local.storage_options == {"key": "k", "secret": "s"} and local.endpoint_url == ""
+    assert ColdSource("s3://bucket/train", config.cold).location.url == "s3://bucket/train"
+
+
+@pytest.fixture
+def node_cache(tmp_path):
+    cache = NodeCache(load_config({"hot": {"dir": str(tmp_path / "hot")}, "warm": {"url": None}}), node_id="n1")
+    yield cache
+    cache.close()
+
+
+def test_the_node_cache_channel_serves_only_its_allow_list(node_cache):
+    endpoint = node_cache.endpoint()
+    assert read_endpoint(endpoint.hot_dirs[-1]) == endpoint
+    client = ChannelClient(endpoint.address, endpoint.authkey)
+    try:
+        assert client.call("ready") is True and client.call("has_dataset", "d") is False
+        for method in ("close", "set_policy", "read_block", "_fetch", "config", "__dict__"):
+            with pytest.raises(MethodNotAllowedError):
+                client.call(method)
+        assert client.call("ready") is True  # the refused calls closed nothing
+        with pytest.raises(MessageError, match="DatasetRegistration version 2"):
+            client.call("register_dataset", dataclasses.replace(
+                DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS)), version=2))
+        client.call("register_dataset", DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS)))
+        assert client.call("has_dataset", "d") is True
+        assert client.call("open_stream", "s", 0, 1, StreamPlan(dataset_id="d", epoch=0, seq=[0], consume_len=0))
+    finally:
+        client.close()
+    assert CHANNEL_METHODS < ACTOR_METHODS and all(callable(getattr(node_cache, m)) for m in ACTOR_METHODS)
