@@ -41,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tierload.blockfile import decode_block, encode_block  # noqa: E402
+from tierload.blockfile import decode_frame, encode_frame  # noqa: E402
 from tierload.gpu import KvikioBlockReader, choose_path, kvikio_status, to_device  # noqa: E402
 from tierload.layouts.npy import NpyDecoder  # noqa: E402
 
@@ -59,7 +59,7 @@ def make_blocks(root: Path) -> list[tuple[str, Path, np.ndarray]]:
         rows = rng.normal(size=(BLOCK_BYTES // (ROW * 4), ROW)).astype(np.float32)
         key = f"gpucheck{index}-{index:032x}"
         path = root / key
-        path.write_bytes(encode_block(key, rows.tobytes()))
+        path.write_bytes(encode_frame(key, rows.tobytes()))
         out.append((key, path, rows))
     return out
 
@@ -79,7 +79,8 @@ def check_kvikio(blocks, mode: str) -> dict:
         outputs.append(torch.stack([row for row, _ in decoder.decode(0, data)]))
     torch.cuda.synchronize()
     seconds = time.perf_counter() - began
-    ok = all(torch.equal(out.cpu(), torch.from_numpy(rows)) for out, (_k, _p, rows) in zip(outputs, blocks))
+    ok = all(torch.equal(out.cpu(), torch.from_numpy(rows))
+             for out, (_k, _p, rows) in zip(outputs, blocks, strict=True))
     return {"check": f"kvikio-{mode}", "ok": ok, "GBps": round(BLOCKS * BLOCK_BYTES / seconds / 1e9, 2),
             "compat_preferred": bool(kvikio.defaults.is_compat_mode_preferred())}
 
@@ -90,12 +91,13 @@ def check_pinned(blocks) -> dict:
     began = time.perf_counter()
     outputs = []
     for key, path, _rows in blocks:
-        raw, _ = decode_block(key, path.read_bytes())  # the host path verifies the checksum
+        raw, _ = decode_frame(key, path.read_bytes())  # the host path verifies the checksum
         rows = torch.stack([row for row, _ in decoder.decode(0, raw)])
         outputs.append(to_device(rows, "cuda"))
     torch.cuda.synchronize()
     seconds = time.perf_counter() - began
-    ok = all(torch.equal(out.cpu(), torch.from_numpy(rows)) for out, (_k, _p, rows) in zip(outputs, blocks))
+    ok = all(torch.equal(out.cpu(), torch.from_numpy(rows))
+             for out, (_k, _p, rows) in zip(outputs, blocks, strict=True))
     return {"check": "pinned-copy", "ok": ok, "GBps": round(BLOCKS * BLOCK_BYTES / seconds / 1e9, 2)}
 
 

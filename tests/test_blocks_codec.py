@@ -1,14 +1,25 @@
-"""Block keys, the on-tier block format and the wire codec."""
+"""Block keys and the one frame of block bytes (stored in tiers, sent to consumers and peers)."""
 
 from __future__ import annotations
 
 import os
+import struct
 import unicodedata
 
 import pytest
 
 from tierload import codec
-from tierload.blockfile import HEADER_SIZE, decode_block, encode_block
+from tierload.blockfile import (
+    HEADER_SIZE,
+    PAYLOAD_OFFSET,
+    RAW,
+    FrameFormat,
+    decode_frame,
+    encode_frame,
+    parse_header,
+    recode,
+    verify_frame,
+)
 from tierload.errors import IntegrityError
 from tierload.keys import KEY_PATTERN, block_key, check_key
 
@@ -40,41 +51,51 @@ def test_check_key_rejects_malformed_keys(bad):
         check_key(bad)
 
 
+WIRE = FrameFormat(zstd_level=3, min_ratio=1.1)
+KEY = block_key("s3://b/k", '"e"')
+TEXT = b"the same few words again and again " * 200
+
+
 @pytest.mark.parametrize("payload", [b"", b"x", os.urandom(5000), b"abc" * 10000])
 @pytest.mark.parametrize("level", [None, 3])
 def test_block_file_round_trips(payload, level):
-    key = block_key("s3://b/k", '"e"')
-    stored = encode_block(key, payload, compress_level=level)
-    raw, digest = decode_block(key, stored)
+    stored = encode_frame(KEY, payload, fmt=FrameFormat(level))
+    raw, digest = decode_frame(KEY, stored)
     assert raw == payload
+    assert verify_frame(KEY, stored).checksum == digest
     if level is not None and len(payload) > 1000 and payload[:3] == b"abc":
         assert len(stored) < len(payload)  # compressible blocks are stored compressed
 
 
 def test_block_file_detects_corruption_truncation_and_wrong_key():
-    key = block_key("s3://b/k", '"e"')
-    stored = bytearray(encode_block(key, b"hello world" * 100))
+    stored = bytearray(encode_frame(KEY, b"hello world" * 100))
     flipped = bytearray(stored)
     flipped[HEADER_SIZE + 5] ^= 0xFF
     with pytest.raises(IntegrityError, match="checksum"):
-        decode_block(key, bytes(flipped))
+        decode_frame(KEY, bytes(flipped))
+    with pytest.raises(IntegrityError, match="checksum"):
+        verify_frame(KEY, bytes(flipped))
     with pytest.raises(IntegrityError, match="truncated"):
-        decode_block(key, bytes(stored[:-1]))
+        decode_frame(KEY, bytes(stored[:-1]))
     with pytest.raises(IntegrityError, match="different key"):
-        decode_block(block_key("s3://b/other", '"e"'), bytes(stored))
+        decode_frame(block_key("s3://b/other", '"e"'), bytes(stored))
     with pytest.raises(IntegrityError):
-        decode_block(key, b"not a block")
+        decode_frame(KEY, b"not a block")
 
 
-def test_wire_codec_compresses_what_compresses_and_sends_the_rest_raw():
-    text = b"the same few words again and again " * 200
-    packed = codec.encode(text, level=3, min_ratio=1.1)
-    assert packed.codec == "zstd" and packed.ratio > 5 and codec.decode(packed) == text
+def test_frames_compress_what_compresses_and_keep_the_rest_raw():
+    packed = encode_frame(KEY, TEXT, fmt=WIRE)
+    header = parse_header(KEY, packed)
+    assert header.codec == "zstd" and header.raw_size / header.stored_size > 5
+    assert decode_frame(KEY, packed)[0] == TEXT
     noise = os.urandom(20000)  # like JPEG: does not compress
-    sent = codec.encode(noise, level=3, min_ratio=1.1)
-    assert sent.codec == "raw" and sent.ratio == 1.0 and codec.decode(sent) == noise
-    empty = codec.encode(b"", level=3, min_ratio=1.1)
-    assert codec.decode(empty) == b""
+    sent = encode_frame(KEY, noise, fmt=WIRE)
+    header = parse_header(KEY, sent)
+    assert header.codec == "raw" and header.stored_size == header.raw_size == len(noise)
+    assert decode_frame(KEY, sent)[0] == noise
+    empty = encode_frame(KEY, b"", fmt=WIRE)
+    assert parse_header(KEY, empty).codec == "raw" and decode_frame(KEY, empty)[0] == b""
+    assert parse_header(KEY, encode_frame(KEY, TEXT)).codec == "raw"  # the raw format never compresses
 
 
 @pytest.mark.parametrize("kind", ["text", "noise", "noise with a compressible tail"])
@@ -85,15 +106,74 @@ def test_large_blocks_are_judged_by_a_sample_and_always_round_trip(kind):
     data = {"text": text, "noise": noise,
             # the last eighth compresses, but no sample chunk falls in it
             "noise with a compressible tail": noise[:size - size // 8] + text[:size // 8]}[kind]
-    sent = codec.encode(data, level=3, min_ratio=1.1)
-    assert codec.decode(sent) == data
-    assert sent.codec == ("zstd" if kind == "text" else "raw")
+    sent = encode_frame(KEY, data, fmt=WIRE)
+    assert decode_frame(KEY, sent)[0] == data
+    header = parse_header(KEY, sent)
+    assert header.codec == ("zstd" if kind == "text" else "raw")
     if kind == "text":
-        assert sent.ratio > 5
+        assert header.raw_size / header.stored_size > 5
 
 
-def test_wire_decode_rejects_size_mismatch():
-    with pytest.raises(ValueError):
-        codec.decode(codec.WirePayload("raw", b"abc", 4))
-    with pytest.raises(ValueError, match="unknown wire codec"):
-        codec.decode(codec.WirePayload("lz4", b"abc", 3))
+def _with_header_field(frame: bytes, offset: int, fmt: str, value: int) -> bytes:
+    forged = bytearray(frame)
+    struct.pack_into(fmt, forged, offset, value)
+    return bytes(forged)
+
+
+CODEC_BYTE, RAW_SIZE_FIELD = 4, 16  # offsets in the header: magic(4) codec(1) pad(3) key hash(8) raw size(8)
+
+
+def test_frame_decode_rejects_size_mismatch_and_unknown_codecs():
+    frame = encode_frame(KEY, b"abc")
+    with pytest.raises(IntegrityError, match="raw bytes"):
+        decode_frame(KEY, _with_header_field(frame, RAW_SIZE_FIELD, "<Q", 4))
+    with pytest.raises(IntegrityError, match="no tierload header"):
+        decode_frame(KEY, _with_header_field(frame, CODEC_BYTE, "<B", 2))
+
+
+@pytest.mark.parametrize("data", [b"", b"x" * 3, os.urandom(5000), TEXT])
+@pytest.mark.parametrize("fmt", [RAW, WIRE], ids=["raw", "zstd"])
+def test_a_flipped_codec_byte_is_an_integrity_error(data, fmt):
+    frame = encode_frame(KEY, data, fmt=fmt)
+    codec_id = frame[CODEC_BYTE]
+    with pytest.raises(IntegrityError):  # never zstandard.ZstdError or ValueError
+        decode_frame(KEY, _with_header_field(frame, CODEC_BYTE, "<B", 1 - codec_id))
+
+
+@pytest.mark.parametrize("where", ["frame header", "block body", "last byte"])
+def test_a_corrupt_zstd_payload_is_an_integrity_error(where):
+    frame = encode_frame(KEY, TEXT, fmt=WIRE)
+    assert parse_header(KEY, frame).codec == "zstd"
+    corrupt = bytearray(frame)
+    offset = {"frame header": PAYLOAD_OFFSET + 1, "block body": (PAYLOAD_OFFSET + len(frame)) // 2,
+              "last byte": len(frame) - 1}[where]
+    corrupt[offset] ^= 0xFF
+    with pytest.raises(IntegrityError):
+        decode_frame(KEY, bytes(corrupt))
+    with pytest.raises(IntegrityError):
+        verify_frame(KEY, bytes(corrupt))
+    with pytest.raises(IntegrityError):
+        recode(KEY, bytes(corrupt), RAW)  # decoding for a raw destination finds it too
+
+
+def test_recode_keeps_the_bytes_when_the_codec_already_fits_and_carries_the_checksum():
+    hot = encode_frame(KEY, TEXT)
+    digest = parse_header(KEY, hot).checksum
+    assert recode(KEY, hot, RAW) is hot  # same codec: the frame itself, nothing decoded or copied
+    packed = recode(KEY, hot, WIRE)
+    assert parse_header(KEY, packed).codec == "zstd" and parse_header(KEY, packed).checksum == digest
+    assert packed == encode_frame(KEY, TEXT, fmt=WIRE)  # exactly what encoding the raw bytes gives
+    assert recode(KEY, packed, WIRE) is packed
+    assert recode(KEY, packed, RAW) == hot  # a raw destination gets the raw frame back, byte for byte
+    noise = encode_frame(KEY, os.urandom(20000))
+    assert recode(KEY, noise, WIRE) is noise  # compression does not pay: sent as stored
+    with pytest.raises(IntegrityError, match="different key"):
+        recode(block_key("s3://b/other", '"e"'), hot, WIRE)
+
+
+def test_a_header_read_alone_is_checked_against_the_file_size():
+    frame = encode_frame(KEY, b"payload" * 100)
+    header = parse_header(KEY, frame[:HEADER_SIZE], frame_size=len(frame))
+    assert header.codec == "raw" and header.raw_size == header.stored_size == 700
+    with pytest.raises(IntegrityError, match="truncated"):
+        parse_header(KEY, frame[:HEADER_SIZE], frame_size=len(frame) - 1)

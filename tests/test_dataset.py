@@ -14,9 +14,10 @@ import torch
 from helpers import TierUsage, index_of, land_warm_writes, png_bytes, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.blockfile import HEADER_SIZE
+from tierload.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.cache.endpoint import ENDPOINT_FILE
 from tierload.errors import SourceChangedError
+from tierload.stores.local import LocalDirStore
 
 
 def indices(loader) -> list[int]:
@@ -214,6 +215,43 @@ def test_blocks_the_hot_tier_refuses_travel_zstd_compressed(bucket, tier_config,
     assert indices(loader_for(noise)) == [0]
     stats = noise.epoch_stats(0)
     assert stats["wire_sent_bytes"] == stats["wire_raw_bytes"] == 20_008  # raw: it does not compress
+
+
+def test_peers_and_the_warm_tier_get_the_stored_frame_not_a_re_encoding(bucket, tier_config, make_dataset,
+                                                                        tmp_path):
+    """What a peer asks for is the hot file's frame, compressed for the wire only where that
+    pays; the warm tier gets the frame encoded once in its own format; the cold checksum rides along."""
+    import ray
+
+    from tierload.cache.runtime import get_node_cache
+
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 4, size=20_000)  # zeros after the index: compresses well
+    for index in range(4, 8):
+        fs.pipe_file(f"{name}/ds/0/obj-{index:06d}.bin", f"{index:08d}".encode() + os.urandom(20_000))
+    fs.invalidate_cache()
+    config = tier_config(hot="1MiB", warm="1MiB")
+    config = config.model_copy(update={"warm": config.warm.model_copy(update={"compress": True})})
+    dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
+    assert sorted(indices(loader_for(dataset))) == list(range(8))
+    cache = get_node_cache(dataset.config)
+    ray.get(cache.call.remote("sync_now"))  # the warm writes of the epoch land now
+    hot, warm = LocalDirStore(tmp_path / "hot"), LocalDirStore(tmp_path / "warm", tier="warm")
+    assert len(hot.scan()) == 8 and len(warm.scan()) == 8
+    codecs = Counter()
+    for key in hot.scan():
+        stored, in_warm = hot.read(key), warm.read(key)
+        sent = ray.get(cache.call.remote("read_block", key))
+        raw, digest = decode_frame(key, stored)
+        assert parse_header(key, stored).codec == "raw"  # the hot tier stores raw frames
+        assert decode_frame(key, sent) == decode_frame(key, in_warm) == (raw, digest)
+        if raw[8:] == bytes(len(raw) - 8):
+            assert parse_header(key, sent).codec == parse_header(key, in_warm).codec == "zstd"
+            assert sent == in_warm  # one frame: the wire and the warm tier compress alike here
+        else:
+            assert sent == stored and in_warm == stored  # compression does not pay: the hot file's bytes
+        codecs[parse_header(key, sent).codec] += 1
+    assert codecs == {"zstd": 4, "raw": 4}
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tierload import collate
-from tierload.blockfile import encode_block
+from tierload.blockfile import encode_frame
 from tierload.gpu import choose_path, kvikio_status, to_device
 
 CUDA = torch.cuda.is_available()
@@ -95,7 +95,7 @@ def test_kvikio_reads_a_hot_block_straight_into_gpu_memory(tmp_path):
     rows = np.random.default_rng(0).normal(size=(1000, 16)).astype(np.float32)
     key = "block-" + "0" * 32
     path = tmp_path / key
-    path.write_bytes(encode_block(key, rows.tobytes()))
+    path.write_bytes(encode_frame(key, rows.tobytes()))
     data = KvikioBlockReader("cuda").read(str(path), key)
     assert data.is_cuda and data.numel() == rows.nbytes
     decoded = NpyDecoder({"arrays": [{"descr": "<f4", "row_shape": [16]}], "block_array": [0]}).decode(0, data)

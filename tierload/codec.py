@@ -1,19 +1,20 @@
-"""Zstandard compression of block bytes that travel between processes ("on the wire").
+"""Zstandard compression of block bytes, and the judgement of whether it pays.
 
-Data that does not compress (JPEG, compressed Parquet pages) is sent raw: compressing it
-only costs CPU. A payload is compressed when ``raw_size / compressed_size >= min_ratio``.
+Data that does not compress (JPEG, compressed Parquet pages) is kept raw: compressing it
+only costs CPU. Bytes are compressed when ``raw_size / compressed_size >= min_ratio``.
+The frame encoder (:func:`tierload.blockfile.encode_frame`) is the one caller that decides.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import zstandard
 
 from tierload.errors import CodecError
 
 _local = threading.local()
+
 
 
 def _compressor(level: int) -> zstandard.ZstdCompressor:
@@ -31,34 +32,34 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return _local.decompressor
 
 
-@dataclass(frozen=True)
-class WirePayload:
-    """Block bytes as sent between processes.
-
-    Attributes:
-        codec: ``"zstd"`` or ``"raw"``.
-        data: The bytes as sent.
-        raw_size: Size in bytes once decoded.
-    """
-
-    codec: str
-    data: bytes
-    raw_size: int
-
-    @property
-    def ratio(self) -> float:
-        """raw_size / sent size (1.0 for raw or empty payloads)."""
-        return self.raw_size / len(self.data) if self.data and self.codec == "zstd" else 1.0
-
-
-def zstd_compress(data: bytes, level: int) -> bytes:
+def zstd_compress(data: bytes | memoryview, level: int) -> bytes:
     """Compress with zstd at ``level`` (frames carry their content size)."""
     return _compressor(level).compress(data)
 
 
-def zstd_decompress(data: bytes, raw_size: int) -> bytes:
-    """Decompress a zstd frame of known decompressed size ``raw_size`` bytes."""
-    return _decompressor().decompress(data, max_output_size=max(raw_size, 1))
+def zstd_content_size(data: bytes | memoryview) -> int:
+    """The decompressed size a zstd frame declares in its header, or -1 if it declares none.
+
+    Raises:
+        CodecError: ``data`` does not start with a zstd frame header (a ``ValueError``).
+    """
+    try:
+        return zstandard.frame_content_size(data)
+    except zstandard.ZstdError as exc:
+        raise CodecError(f"not a zstd frame: {exc}") from exc
+
+
+def zstd_decompress(data: bytes | memoryview, raw_size: int) -> bytes:
+    """Decompress a zstd frame of known decompressed size ``raw_size`` bytes.
+
+    Raises:
+        CodecError: ``data`` is not a valid zstd frame (a ``ValueError``); the frame decoder
+            turns it into an :class:`~tierload.errors.IntegrityError`.
+    """
+    try:
+        return _decompressor().decompress(data, max_output_size=max(raw_size, 1))
+    except zstandard.ZstdError as exc:
+        raise CodecError(f"zstd payload does not decode: {exc}") from exc
 
 
 # Compressibility is judged from a sample before a large block is compressed whole: JPEG or
@@ -69,53 +70,41 @@ def zstd_decompress(data: bytes, raw_size: int) -> bytes:
 SAMPLE_CHUNK_BYTES = 8 * 1024
 SAMPLE_CHUNKS = 4
 SAMPLE_MIN_BLOCK_BYTES = 4 * SAMPLE_CHUNKS * SAMPLE_CHUNK_BYTES  # smaller blocks: compressed whole
+MIN_COMPRESS_BYTES = 64  # below this, a zstd frame's own overhead eats any gain
 
 
-def _sample(data: bytes) -> bytes:
+def _sample(data: bytes | memoryview) -> bytes:
     """:data:`SAMPLE_CHUNKS` chunks of :data:`SAMPLE_CHUNK_BYTES`, spread evenly over ``data``."""
     step = len(data) // SAMPLE_CHUNKS
     view = memoryview(data)
     return b"".join(view[i * step:i * step + SAMPLE_CHUNK_BYTES] for i in range(SAMPLE_CHUNKS))
 
 
-def encode(data: bytes, level: int, min_ratio: float) -> WirePayload:
-    """Compress ``data`` for the wire, or keep it raw when it does not compress.
+def compress_if_it_pays(data: bytes | memoryview, level: int, min_ratio: float) -> bytes | None:
+    """``data`` zstd-compressed, or None when compressing it does not pay.
 
     A block of :data:`SAMPLE_MIN_BLOCK_BYTES` or more is first judged by a sample
     (:func:`_sample`): if the sample compresses by less than ``sqrt(min_ratio)`` (a margin,
-    since a small sample compresses a little worse than the whole), the block is sent raw
-    without a full pass. A block whose only compressible parts the sample misses is then sent
-    raw: its bytes are still exact, only the transfer is larger.
+    since a small sample compresses a little worse than the whole), the block stays raw
+    without a full pass. A block whose only compressible parts the sample misses then stays
+    raw: its bytes are still exact, only the copy is larger.
 
     Args:
         data: Raw block bytes.
         level: zstd level (1-22, negative for the fast modes).
-        min_ratio: Smallest raw/compressed ratio worth sending compressed (>= 1.0).
+        min_ratio: Smallest raw/compressed ratio worth keeping compressed (>= 1.0).
+
+    Returns:
+        The compressed bytes (strictly smaller than ``data`` and at least ``min_ratio`` times
+        smaller), or None.
     """
-    if len(data) < 64:
-        return WirePayload("raw", bytes(data), len(data))
+    if len(data) < MIN_COMPRESS_BYTES:
+        return None
     if len(data) >= SAMPLE_MIN_BLOCK_BYTES:
         sample = _sample(data)
         if len(sample) < min_ratio ** 0.5 * len(zstd_compress(sample, level)):
-            return WirePayload("raw", bytes(data), len(data))
+            return None
     packed = zstd_compress(data, level)
-    if len(data) >= min_ratio * len(packed):
-        return WirePayload("zstd", packed, len(data))
-    return WirePayload("raw", bytes(data), len(data))
-
-
-def decode(payload: WirePayload) -> bytes:
-    """Return the raw bytes of a :class:`WirePayload`.
-
-    Raises:
-        CodecError: Unknown codec, or the decoded size differs from ``raw_size`` (a ``ValueError``).
-    """
-    if payload.codec == "raw":
-        data = payload.data
-    elif payload.codec == "zstd":
-        data = zstd_decompress(payload.data, payload.raw_size)
-    else:
-        raise CodecError(f"unknown wire codec {payload.codec!r}; expected 'zstd' or 'raw'")
-    if len(data) != payload.raw_size:
-        raise CodecError(f"wire payload decoded to {len(data)} bytes, expected {payload.raw_size}")
-    return data
+    if len(packed) < len(data) and len(data) >= min_ratio * len(packed):
+        return packed
+    return None

@@ -17,7 +17,7 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     │   └── TransientBackendError          throttling, reset, 5xx: safe to retry
     ├── ManifestError(ValueError)          the dataset cannot be described (empty prefix, bad layout)
     ├── DecodeError(ValueError)            block bytes do not decode into samples (not an image, bad tar)
-    ├── CodecError(ValueError)             a wire payload does not decode (unknown codec, size mismatch)
+    ├── CodecError(ValueError)             bytes do not decode as zstd (a frame decoder makes it IntegrityError)
     └── ServiceError(RuntimeError)         a tierload actor or its local channel failed
         ├── ChannelLostError               the node cache's local channel broke or cannot be reached
         ├── StreamNotOpenError             the node cache does not know the stream (expired or restarted)

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from tierload.blockfile import HEADER, HEADER_SIZE, MAGIC, _key_hash
+from tierload.blockfile import HEADER_SIZE, PAYLOAD_OFFSET, parse_header
 from tierload.errors import IntegrityError
 
 log = logging.getLogger(__name__)
@@ -130,21 +130,21 @@ class KvikioBlockReader:
         except FileNotFoundError:
             return None
         try:
-            header = os.pread(fd, HEADER_SIZE, 0)
+            head = os.pread(fd, HEADER_SIZE, 0)
             file_size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        if len(header) < HEADER_SIZE:
-            raise IntegrityError("hot block file is shorter than its header", tier="hot", key=key)
-        magic, codec, key_hash, raw_size, stored_size, _digest = HEADER.unpack_from(header, 0)
-        if magic != MAGIC or key_hash != _key_hash(key) or file_size - HEADER_SIZE != stored_size:
-            raise IntegrityError("hot block file header does not match its key or size", tier="hot", key=key)
-        if codec != 0:
+        try:
+            header = parse_header(key, head, frame_size=file_size)
+        except IntegrityError as exc:
+            raise IntegrityError(f"hot block file: {exc.message}", tier="hot", key=key) from exc
+        if header.codec != "raw":
             return None  # stored compressed: decompress on the host
+        raw_size = header.raw_size
         out = torch.empty(raw_size, dtype=torch.uint8, device=self.device)
         if raw_size:
             with self._kvikio.CuFile(path, "r") as handle:
-                got = handle.pread(out, raw_size, HEADER_SIZE).get()
+                got = handle.pread(out, raw_size, PAYLOAD_OFFSET).get()
             if got != raw_size:
                 raise IntegrityError(f"kvikio read {got} of {raw_size} bytes", tier="hot", key=key)
         return out

@@ -20,8 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from tierload import codec
-from tierload.blockfile import decode_block
+from tierload.blockfile import decode_frame
 from tierload.blocks import Block
 from tierload.cache.channel import ChannelClient
 from tierload.cache.messages import Endpoint
@@ -56,7 +55,7 @@ class DirectSource:
         """
         if self.warm is not None:
             try:
-                return decode_block(key, self.warm.read(key))[0]
+                return decode_frame(key, self.warm.read(key))[0]
             except (KeyError, IntegrityError):
                 pass
         block = self.blocks[key]
@@ -163,7 +162,7 @@ class BlockReader:
             except KeyError:
                 continue
             try:
-                return decode_block(key, stored)[0], False
+                return decode_frame(key, stored)[0], False
             except IntegrityError:
                 log.warning("hot copy of block %s failed its checksum; asking the node cache to refetch", key)
                 return None, True
@@ -207,7 +206,7 @@ class BlockReader:
                 return self._read_directly(key)
             self._lost = False
             if kind == "wire":
-                return codec.decode(value)
+                return decode_frame(key, value)[0]
             raw, corrupt = self._read_hot(key, self.levels[value:value + 1])
             if raw is not None:
                 return raw

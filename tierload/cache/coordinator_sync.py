@@ -16,7 +16,7 @@ import threading
 from collections import Counter
 from typing import Callable
 
-from tierload.blockfile import encode_block
+from tierload.blockfile import FrameFormat, encode_frame, recode
 from tierload.cache.messages import SyncAnswer, SyncReport
 from tierload.errors import BackendError
 from tierload.stores.base import BlockStore
@@ -34,7 +34,8 @@ class CoordinatorSync:
             call and clears them; ``hot_full`` is the complete residency when ``full`` is asked.
         now: Current time in the decay unit.
         warm_store: The warm tier's store (written directly by this node once admitted), or None.
-        compress_level: zstd level to store warm blocks compressed, or None.
+        compress_level: zstd level to store warm blocks compressed (wherever that makes them
+            smaller), or None to store them raw.
         max_pending_bytes: Warm writes beyond this many queued bytes are skipped (and counted).
         interval_s: Seconds between calls.
     """
@@ -47,7 +48,7 @@ class CoordinatorSync:
         self.collect = collect
         self.now = now
         self.warm_store = warm_store
-        self.compress_level = compress_level
+        self.warm_format = FrameFormat(compress_level)  # warm capacity is what compression saves
         self.max_pending_bytes = max_pending_bytes
         self.interval_s = interval_s
         self.known_warm: set[str] = set()
@@ -70,11 +71,31 @@ class CoordinatorSync:
         self._thread.start()
 
     # ------------------------------------------------------------ producers
-    def offer_warm(self, key: str, raw: bytes, digest: int) -> None:
-        """Propose ``key`` for the warm tier (the coordinator decides)."""
+    def offer_fetched(self, key: str, raw: bytes, digest: int) -> None:
+        """Propose a block fresh from the cold tier for the warm tier (the coordinator decides);
+        its frame is encoded once, in the warm tier's format.
+
+        Args:
+            key: The block key.
+            raw: The block's bytes.
+            digest: The checksum taken when it left the cold tier.
+        """
         if self.warm_store is None or key in self.known_warm:
             return
-        data = encode_block(key, raw, raw_checksum=digest, compress_level=self.compress_level)
+        self._queue(key, encode_frame(key, raw, digest, self.warm_format))
+
+    def offer_warm(self, key: str, frame: bytes) -> None:
+        """Propose a block's frame (e.g. one the hot tier evicts) for the warm tier; the frame is
+        written as it is unless the warm tier stores another codec.
+
+        Raises:
+            IntegrityError: ``frame`` is not a frame of ``key``.
+        """
+        if self.warm_store is None or key in self.known_warm:
+            return
+        self._queue(key, recode(key, frame, self.warm_format))
+
+    def _queue(self, key: str, data: bytes) -> None:
         with self._lock:
             if key in self._writes:
                 return
@@ -152,8 +173,9 @@ class CoordinatorSync:
                     self.holders.pop(key, None)
 
     def _write_admitted(self, writes: dict[str, bytes], granted: list[bool], present: list[bool]) -> None:
-        if self.warm_store is None:
-            return  # nothing was offered (see offer_warm)
+        store = self.warm_store
+        if store is None:  # nothing was queued: offers are ignored without a warm tier
+            return
         committed, aborted = [], []
         for (key, data), admit, there in zip(writes.items(), granted, present, strict=True):
             if there:
@@ -161,7 +183,7 @@ class CoordinatorSync:
             if not admit:
                 continue
             try:
-                self.warm_store.write(key, data)
+                store.write(key, data)
                 committed.append(key)
             except BackendError:
                 log.warning("cannot write block %s to the warm tier", key, exc_info=True)

@@ -15,11 +15,11 @@ import tempfile
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence, cast
 
 import xxhash
 
-from tierload.blockfile import decode_block, encode_block
+from tierload.blockfile import encode_frame, verify_frame
 from tierload.config import TierloadConfig, TierPolicyConfig
 from tierload.errors import BackendError, IntegrityError
 from tierload.policies.clairvoyant import NextUseOracle
@@ -50,14 +50,14 @@ class HotTier:
         oracle: Next-use distances for the clairvoyant policy.
         lock: The node cache's lock; every residency change happens under it.
         now: The decay clock.
-        offer_warm: ``offer_warm(key, raw, checksum)`` proposes an evicted block for the warm
-            tier, or None without one.
+        offer_warm: ``offer_warm(key, frame)`` proposes an evicted block's frame (as stored
+            here, verified) for the warm tier, or None without one.
         in_warm: Whether the warm tier is known to hold a key (then eviction skips the offer).
     """
 
     def __init__(self, config: TierloadConfig, hot_dir: str, counter: DecayingCounter, oracle: NextUseOracle,
                  lock: threading.RLock | threading.Condition, now: Callable[[], float],
-                 offer_warm: Callable[[str, bytes, int], None] | None = None,
+                 offer_warm: Callable[[str, bytes], None] | None = None,
                  in_warm: Callable[[str], bool] = lambda key: False) -> None:
         self.counter = counter
         self.oracle = oracle
@@ -116,7 +116,7 @@ class HotTier:
         return None
 
     def resident_keys(self) -> list[str]:
-        return [key for level in self.levels for key in level.index.resident]
+        return cast(list[str], [key for level in self.levels for key in level.index.resident])
 
     def take_dirty(self) -> tuple[list[str], list[str]]:
         """Keys that became resident and keys that left, since the last call (call under the lock)."""
@@ -127,9 +127,9 @@ class HotTier:
     def stats(self) -> list[dict]:
         return [level.index.stats() for level in self.levels]
 
-    def read(self, key: str) -> tuple[bytes, int] | None:
-        """``(raw, checksum)`` of a resident block, verified; None if absent. A copy that fails its
-        checksum is dropped.
+    def read_frame(self, key: str) -> bytes | None:
+        """The frame of a resident block as stored, checked against its checksum (a raw
+        payload is hashed in place, not decoded); None if absent. A copy that fails is dropped.
 
         Raises:
             IntegrityError: Never; a corrupt copy is dropped and None returned.
@@ -140,7 +140,8 @@ class HotTier:
                 return None
             store = self.levels[level].store
         try:
-            return decode_block(key, store.read(key))
+            frame = store.read(key)
+            verify_frame(key, frame)
         except KeyError:
             return None
         except IntegrityError:
@@ -148,11 +149,12 @@ class HotTier:
             with self.lock:
                 self.drop(key)
             return None
+        return frame
 
     # ------------------------------------------------------------------ changes
     def place(self, key: str, raw: bytes, digest: int) -> int | None:
         """Admit a fetched block into the highest level that takes it; its level, or None."""
-        data = encode_block(key, raw, raw_checksum=digest)
+        data = encode_frame(key, raw, digest)
         with self.lock:
             now = self.now()
             for index, level in enumerate(self.levels):
@@ -184,12 +186,12 @@ class HotTier:
         self.dirty.add(key)
         return 1
 
-    def _evict(self, level_index: int, victims: list[str]) -> None:
+    def _evict(self, level_index: int, victims: Sequence[str]) -> None:
         """Delete victims of a level (under the lock), demoting them a level down or to warm."""
-        level = self.levels[level_index]
+        level, offer_warm = self.levels[level_index], self.offer_warm
         for victim in victims:
             lower = level_index + 1 < len(self.levels)
-            to_warm = self.offer_warm is not None and not self.in_warm(victim)
+            to_warm = offer_warm is not None and not self.in_warm(victim)
             data = None
             if lower or to_warm:
                 try:
@@ -211,9 +213,9 @@ class HotTier:
                         continue
                     except BackendError:
                         below.index.abort(victim)
-            if to_warm:
+            if offer_warm is not None and to_warm:
                 try:
-                    raw, digest = decode_block(victim, data)
+                    verify_frame(victim, data)  # a corrupt copy must not spread to the shared tier
                 except IntegrityError:
                     continue
-                self.offer_warm(victim, raw, digest)
+                offer_warm(victim, data)

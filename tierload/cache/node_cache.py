@@ -27,8 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tierload import codec
-from tierload.blockfile import HEADER_SIZE, decode_block
+from tierload.blockfile import HEADER_SIZE, FrameFormat, decode_frame, encode_frame, parse_header, recode
 from tierload.blocks import Block
 from tierload.cache.channel import ChannelServer
 from tierload.cache.coordinator_sync import CoordinatorSync
@@ -241,7 +240,8 @@ class NodeCache:
 
         Returns:
             ``("hot", level_index)`` when the block is in the hot tier (read the file), or
-            ``("wire", WirePayload)`` with the bytes when the hot tier did not admit it.
+            ``("wire", frame)`` with the block's frame (:mod:`tierload.blockfile`, zstd where
+            that pays) when the hot tier did not admit it.
 
         Raises:
             TierloadError: The fetch failed (e.g. SourceChangedError, EndpointUnreachableError).
@@ -285,12 +285,13 @@ class NodeCache:
                     self._cond.wait(min(remaining, 1.0))
             finally:
                 self._unpin(key)
-        payload = codec.encode(raw, self.config.wire.zstd_level, self.config.wire.min_ratio)
+        # The staged bytes are the ones fetched and checked; the frame carries their checksum anew.
+        frame = encode_frame(key, raw, fmt=FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio))
         with self._cond:
             for target in (self._stats, stream.stats):
-                target["wire_raw_bytes"] += payload.raw_size
-                target["wire_sent_bytes"] += len(payload.data)
-        return ("wire", payload)
+                target["wire_raw_bytes"] += len(raw)
+                target["wire_sent_bytes"] += len(frame) - HEADER_SIZE
+        return ("wire", frame)
 
     def invalidate(self, keys: list[str]) -> int:
         """Drop these blocks from the hot tier and the warm tier (e.g. their source changed).
@@ -308,21 +309,22 @@ class NodeCache:
             self._sync.known_warm.difference_update(keys)
         return dropped
 
-    def read_block(self, key: str) -> tuple[codec.WirePayload, int] | None:
-        """Serve a hot block to a peer node: ``(payload, checksum)``, or None if not held here.
+    def read_block(self, key: str) -> bytes | None:
+        """Serve a hot block to a peer node: its frame, or None if not held here.
 
-        The payload is zstd-compressed when it compresses (``wire.min_ratio``), raw otherwise.
+        The frame is sent as stored in the hot tier's file, its checksum carried; a raw one is
+        zstd-compressed first when that pays (``wire.min_ratio``).
         """
-        found = self._hot.read(key)
-        if found is None:
+        stored = self._hot.read_frame(key)
+        if stored is None:
             return None
-        raw, digest = found
-        payload = codec.encode(raw, self.config.wire.zstd_level, self.config.wire.min_ratio)
+        frame = recode(key, stored, FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio))
+        header = parse_header(key, frame)
         with self._cond:
             self._stats["peer_served"] += 1
-            self._stats["wire_raw_bytes"] += payload.raw_size
-            self._stats["wire_sent_bytes"] += len(payload.data)
-        return payload, digest
+            self._stats["wire_raw_bytes"] += header.raw_size
+            self._stats["wire_sent_bytes"] += header.stored_size
+        return frame
 
     def set_policy(self, policy: dict) -> dict:
         """Switch the hot tier's policy while running; it decides from the next admission on.
@@ -572,7 +574,7 @@ class NodeCache:
             self._inflight.pop(key, None)
             self._cond.notify_all()
         if source == "cold" and self._sync is not None:
-            self._sync.offer_warm(key, raw, digest)
+            self._sync.offer_fetched(key, raw, digest)
 
     def _add_tally(self, fetch: _Fetch, tally: Counter) -> None:
         self._stats.update(tally)
@@ -594,13 +596,13 @@ class NodeCache:
                 continue
             if answer is None:
                 continue  # the peer evicted it since the holder map was updated
-            payload, digest = answer
-            raw = codec.decode(payload)
-            if checksum(raw) != digest:
+            try:
+                raw, digest = decode_frame(key, answer)  # verified once; a raw frame's payload as-is
+            except IntegrityError:
                 tally["integrity_failures"] += 1
                 log.warning("block %s from peer %s failed its checksum; not used", key, node)
                 continue
-            tally["peer_bytes"] += len(payload.data)
+            tally["peer_bytes"] += len(answer) - HEADER_SIZE
             return raw, digest
         return None
 
@@ -619,7 +621,7 @@ class NodeCache:
                 stored = None
             if stored is not None:
                 try:
-                    raw, digest = decode_block(key, stored)
+                    raw, digest = decode_frame(key, stored)
                     tally["warm_bytes"] += len(stored)
                     return raw, digest, "warm"
                 except IntegrityError:

@@ -13,11 +13,11 @@ COUNTERS = (
     "cold_bytes",           # bytes read from the cold tier (the S3 bill)
     "cold_gets",            # GET requests to the cold tier
     "warm_bytes",           # bytes read from the warm tier
-    "peer_bytes",           # bytes received from peer nodes (as sent: zstd or raw)
+    "peer_bytes",           # frame payload bytes received from peer nodes (as sent: zstd or raw; headers not counted)
     "peer_served",          # blocks this node served to peers
     "peer_errors",          # peers that did not answer (the block came from warm or cold)
     "wire_raw_bytes",       # block bytes sent to consumers over the channel, before compression
-    "wire_sent_bytes",      # ... as sent (zstd or raw)
+    "wire_sent_bytes",      # ... frame payload bytes as sent (zstd or raw; headers not counted)
     "integrity_failures",   # copies dropped because they did not match their checksum
     "fetch_errors",         # fetches that failed (the error reached the consumer if it needed the block)
 )
