@@ -210,6 +210,7 @@ class TieredDataset(IterableDataset):
     def _register(self, link: NodeLink | None = None) -> None:
         client = link or self._link
         manifest = self._manifest
+        assert client is not None and manifest is not None, "start() sets both"
         if client.call("has_dataset", manifest.dataset_id):
             return
         client.call("register_dataset", DatasetRegistration(manifest.dataset_id, self._cold,
@@ -292,7 +293,7 @@ class TieredDataset(IterableDataset):
     def _plan(self, epoch: int, rest: np.ndarray, start: int, rank: int, world: int) -> StreamPlan:
         """The block sequence the node cache prefetches for this rank's iteration (plus a look-ahead
         into the next epoch, which only informs eviction)."""
-        manifest = self._manifest
+        manifest = self.manifest
         lookahead = manifest.sample_block[self.rank_order(epoch + 1)]
         return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest),
                           seq=np.concatenate([manifest.sample_block[rest], lookahead]).astype(np.int32),

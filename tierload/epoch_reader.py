@@ -19,6 +19,7 @@ from tierload.order import worker_positions
 from tierload.resume import Progress
 
 if TYPE_CHECKING:
+    from tierload.cache.messages import StreamPlan
     from tierload.dataset import TieredDataset
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class EpochReader:
                           f"{key:x}")
 
     # ------------------------------------------------------------ the stream
-    def _plan(self) -> dict[str, Any]:
+    def _plan(self) -> StreamPlan:
         start = self.point.lower_bound if self.point is not None else 0
         return self.dataset._plan(self.epoch, self.rest, start, self.rank, self.world)
 

@@ -34,7 +34,8 @@ def stop_child(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     whose parent died sees EOF the same way, so it never outlives us.
     """
     try:
-        proc.stdin.close()
+        if proc.stdin is not None:
+            proc.stdin.close()
         proc.wait(timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()
@@ -72,6 +73,7 @@ class LocalS3:
         self._proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         deadline = time.monotonic() + timeout_s
+        assert self._proc.stdout is not None  # stdout=PIPE
         line = self._proc.stdout.readline().strip()
         if not line.isdigit():
             self.stop()

@@ -9,7 +9,7 @@ there (or at the next ``serve``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from tierload.cache.runtime import (
     coordinator_name,
@@ -70,13 +70,13 @@ def status(config: TierloadConfig) -> dict[str, Any]:
 
     ensure_ray(config)
     prefix = node_cache_name(config, "")
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for actor in sorted(_named_actors(config), key=lambda a: a["name"]):
         if not actor["name"].startswith(prefix):
             continue
         try:
             handle = ray.get_actor(actor["name"], namespace=config.ray.namespace)
-            stats = ray.get(handle.call.remote("stats"), timeout=30)
+            stats = cast(dict[str, Any], ray.get(handle.call.remote("stats"), timeout=30))
         except Exception as exc:  # noqa: BLE001 - report the node as unreachable, keep going
             nodes.append({"actor": actor["name"], "error": f"{type(exc).__name__}: {exc}"})
             continue
@@ -87,10 +87,10 @@ def status(config: TierloadConfig) -> dict[str, Any]:
             "peer_served": counters.get("peer_served", 0), "cold_bytes": counters.get("cold_bytes", 0),
             "cold_gets": counters.get("cold_gets", 0), "accesses": counters.get("accesses", 0),
             "inflight_prefetches": stats["inflight"], "open_streams": len(stats["streams"])})
-    coordinator = None
+    coordinator: dict[str, Any] | None = None
     if any(a["name"] == coordinator_name(config) for a in _named_actors(config)):
         handle = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
-        coordinator = ray.get(handle.stats.remote(), timeout=30)
+        coordinator = cast(dict[str, Any], ray.get(handle.stats.remote(), timeout=30))
     return {"nodes": nodes, "coordinator": coordinator}
 
 

@@ -110,8 +110,8 @@ def run_demo(layout: str = "imagefolder", epochs: int = 3, num_workers: int = 2,
                 "manifest": {"cache_dir": f"{workdir}/manifests"},
                 "ray": {"num_cpus": 2},
             })
-            options = dict(config=config, storage_options=s3.storage_options, transform=to_input, seed=seed)
-            train = TieredDataset(f"s3://{BUCKET}/{layout}/train", batch_size=batch_size, **options)
+            train = TieredDataset(f"s3://{BUCKET}/{layout}/train", config, batch_size=batch_size,
+                                  storage_options=s3.storage_options, transform=to_input, seed=seed)
             # The held-out split is scored from memory, so it does not compete for the tiers.
             held_out = torch.from_numpy(test_x).unsqueeze(1).float() / 255.0, torch.from_numpy(test_y)
             if on_setup is not None:

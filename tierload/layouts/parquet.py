@@ -89,7 +89,7 @@ def plan_parquet(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: 
     rows: list[int] = []
     row_groups: list[list[int]] = []
     oversized = 0
-    for file_index, (obj, footer) in enumerate(zip(files, footers)):
+    for file_index, (obj, footer) in enumerate(zip(files, footers, strict=True)):
         metadata = metadata_from_footer(footer)
         if metadata.num_rows == 0:
             skipped[obj.url] = "Parquet file with no rows"
@@ -117,7 +117,7 @@ def plan_parquet(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: 
         labels=np.full(int(counts.sum()), -1, dtype=np.int64),
         extra={
             "files": [{"url": obj.url, "size": obj.size, "footer": base64.b64encode(footer).decode("ascii")}
-                      for obj, footer in zip(files, footers)],
+                      for obj, footer in zip(files, footers, strict=True)],
             "row_groups": row_groups,
         },
         skipped=skipped,

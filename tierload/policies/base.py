@@ -19,13 +19,13 @@ class Policy(ABC):
 
     name: str = ""
 
-    def on_access(self, key: Key, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:  # noqa: B027 - an optional hook
         """``key`` was read (hit or miss) at time ``now``."""
 
-    def on_insert(self, key: Key, size: int, now: float) -> None:
+    def on_insert(self, key: Key, size: int, now: float) -> None:  # noqa: B027 - an optional hook
         """``key`` became resident."""
 
-    def on_remove(self, key: Key) -> None:
+    def on_remove(self, key: Key) -> None:  # noqa: B027 - an optional hook
         """``key`` left the tier (evicted, invalidated or found corrupt)."""
 
     @abstractmethod

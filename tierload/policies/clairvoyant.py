@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -51,6 +51,10 @@ class PositionalOracle(Protocol):
     def next_use(self, key: Key) -> int: ...
 
 
+def _no_positions(key: Key) -> int:
+    raise TypeError("this oracle gives distances only; the clairvoyant policy uses them without a heap")
+
+
 class ClairvoyantPolicy(Policy):
     """Evicts residents needed furthest in the future; refuses a newcomer needed sooner than all.
 
@@ -65,7 +69,9 @@ class ClairvoyantPolicy(Policy):
 
     def __init__(self, oracle: NextUseOracle) -> None:
         self.oracle = oracle
-        self._next_use = oracle.next_use if isinstance(oracle, PositionalOracle) else None
+        self._heap_mode = isinstance(oracle, PositionalOracle)
+        self._next_use: Callable[[Key], int] = (
+            oracle.next_use if isinstance(oracle, PositionalOracle) else _no_positions)
         # Heap mode: entries (-next_use, admission order, key). An entry is never updated in
         # place: an access pushes a new one, and _live maps each resident to its one valid
         # entry (checked by identity, the cheapest test there is).
@@ -87,7 +93,7 @@ class ClairvoyantPolicy(Policy):
                 self._compact()
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
-        if self._next_use is not None:
+        if self._heap_mode:
             self._push(key, next(self._admitted))
 
     def on_remove(self, key: Key) -> None:
@@ -106,7 +112,7 @@ class ClairvoyantPolicy(Policy):
         heapq.heapify(self._heap)
 
     def victims(self, key, size, need_bytes, resident, is_pinned, now):
-        if self._next_use is not None:
+        if self._heap_mode:
             return self._heap_victims(key, need_bytes, resident, is_pinned)
         candidates = [k for k in resident if not is_pinned(k)]
         if not candidates:

@@ -38,7 +38,7 @@ class LFUPolicy(Policy):
         if type(self)._rank is LFUPolicy._rank:
             # The counter's own method in place of _rank's frame: _top calls it for every
             # resident refreshed, about once per resident access.
-            self._rank = counter.score
+            self._rank = counter.score  # type: ignore[method-assign]
 
     def _rank(self, key: Key) -> float:
         """Heap order of a resident (lowest is evicted first).

@@ -134,5 +134,5 @@ def write_trace(trace: Trace, path: str | os.PathLike) -> None:
         return
     with file.open("w", encoding="utf-8") as handle:
         handle.write("# key size_bytes node epoch\n")
-        for block, node, epoch in zip(trace.block.tolist(), trace.node.tolist(), trace.epoch.tolist()):
+        for block, node, epoch in zip(trace.block.tolist(), trace.node.tolist(), trace.epoch.tolist(), strict=True):
             handle.write(f"{keys[block]} {trace.block_bytes[block]} {node} {epoch:g}\n")
