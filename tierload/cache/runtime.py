@@ -17,6 +17,7 @@ from typing import Any
 
 import xxhash
 
+from tierload.cache.coordinator import Coordinator
 from tierload.config import TierloadConfig
 from tierload.errors import ServiceError
 
@@ -70,13 +71,19 @@ def _actor_options(name: str, namespace: str) -> dict[str, Any]:
             "max_concurrency": 64, "max_restarts": 3, "max_task_retries": 2}
 
 
+class _RayCoordinator(Coordinator):
+    """Actor body: a started Coordinator (Ray runs only ``__init__``, also when it restarts the actor)."""
+
+    def __init__(self, config: dict) -> None:
+        super().__init__(config)
+        self.start()
+
+
 def get_coordinator(config: TierloadConfig):
     """The deployment's coordinator actor, created if missing."""
     import ray
 
-    from tierload.cache.coordinator import Coordinator
-
-    handle = ray.remote(Coordinator).options(
+    handle: Any = ray.remote(_RayCoordinator).options(
         **_actor_options(coordinator_name(config), config.ray.namespace)).remote(config.to_dict())
     try:
         ray.get(handle.ready.remote(), timeout=120)
@@ -133,7 +140,7 @@ class _RayNodeCache:
 
         node_id = ray.get_runtime_context().get_node_id()
         self.cache = NodeCache(config, node_id=node_id, coordinator_call=_CoordinatorCall(coordinator, namespace),
-                               peer_call=_PeerCall(config, namespace))
+                               peer_call=_PeerCall(config, namespace)).start()
 
     def ready(self) -> bool:
         return True
@@ -154,7 +161,7 @@ def get_node_cache(config: TierloadConfig, node_id: str | None = None):
     get_coordinator(config)
     options = _actor_options(node_cache_name(config, node_id), config.ray.namespace)
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-    handle = ray.remote(_RayNodeCache).options(**options).remote(
+    handle: Any = ray.remote(_RayNodeCache).options(**options).remote(
         config.to_dict(), coordinator_name(config), config.ray.namespace)
     try:
         ray.get(handle.ready.remote(), timeout=120)
@@ -229,7 +236,7 @@ def apply_policy(config: TierloadConfig, policy) -> dict[str, Any]:
     if not caches and not has_coordinator:
         raise ServiceError("no tierload actors run for this configuration (same hot.dir and warm.url as the "
                            "service?); start them with `tierload serve`")
-    effective = None
+    effective: Any = None
     for name in caches:
         handle = ray.get_actor(name, namespace=config.ray.namespace)
         effective = ray.get(handle.call.remote("set_policy", policy_dict), timeout=60)
