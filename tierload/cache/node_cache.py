@@ -1,26 +1,19 @@
 """The node cache: one per node, owns that node's hot tier.
 
 It takes the planned block sequence of every rank on its node (a :class:`Stream` per rank
-and epoch), fetches ahead of the training loop (at most ``prefetch.depth_blocks`` blocks and
-``prefetch.depth_bytes`` bytes per stream, ``prefetch.concurrency`` fetches at once), and
-admits fetched blocks into the hot tier's levels (RAM, then disk) by policy. A block the hot
-tier refuses is held in memory until its planned use and handed over the local channel,
-zstd-compressed. Fetches go to the warm tier first, then cold; each block is fetched once
-however many consumers wait for it (single flight).
+and epoch), fetches ahead of the training loop, and admits fetched blocks into the hot
+tier's levels (RAM, then disk) by policy; a block the hot tier refuses is held in memory
+until its planned use and handed over the local channel, zstd-compressed. Consumers read hot
+blocks straight from the files, report progress in batched one-way calls, and ask for a
+block only when it is not there.
 
-Consumers read hot blocks straight from the files; they tell the cache how far they got in
-batched one-way calls, and ask for a block only when it is not there.
-
-This is a facade over parts with one job each, sharing the one lock it owns and hands them:
-:class:`~tierload.cache.stream_table.StreamTable` (the open streams and prefetch scheduling),
-:class:`~tierload.cache.fetcher.Fetcher` (single-flight reads from peers, warm and cold, and
-placement), :class:`~tierload.cache.accounting.NodeAccounting` (access counts, trace recording,
-stats) and :class:`~tierload.cache.hot_tier.HotTier`. Pins have one owner, a
-:class:`~tierload.counts.PinCounts` that the parts share.
-
-The constructor does no I/O; :meth:`NodeCache.start` adopts the hot tier left on disk, opens
-the warm tier, publishes the endpoint file, opens the local channel and starts the threads.
-This is a plain class; :mod:`tierload.cache.runtime` makes it a Ray actor pinned to its node.
+This class is a facade over parts with one job each, sharing the one lock it owns:
+:mod:`~tierload.cache.stream_table` (open streams, prefetch scheduling),
+:mod:`~tierload.cache.fetcher` (single flight; peer, warm and cold reads; placement),
+:mod:`~tierload.cache.accounting` (access counts, trace recording, stats) and
+:mod:`~tierload.cache.hot_tier`; a :class:`~tierload.counts.PinCounts` is the one owner of
+pins. The constructor does no I/O; :meth:`NodeCache.start` does. :mod:`tierload.cache.runtime`
+makes it a Ray actor pinned to its node.
 """
 
 from __future__ import annotations
