@@ -51,7 +51,7 @@ def manifest_per_million() -> dict:
 
 def coordinator_costs() -> dict:
     config = load_config({"warm": {"url": None}})
-    coordinator = Coordinator(config, node_alive=lambda: None)
+    coordinator = Coordinator(config, node_alive=lambda: None).start()
     keys = [f"blk-{i:032x}" for i in range(200_000)]
     counts = {key: 1 for key in keys[:100_000]}
 
@@ -74,7 +74,7 @@ def coordinator_memory_per_block() -> dict:
     config = load_config({"warm": {"url": None}})
     gc.collect()
     tracemalloc.start()
-    coordinator = Coordinator(config, node_alive=lambda: None)
+    coordinator = Coordinator(config, node_alive=lambda: None).start()
     keys = [f"blk-{i:032x}" for i in range(200_000)]
     before = tracemalloc.get_traced_memory()[0]
     coordinator.sync("node-a", SyncReport(counts={k: 1 for k in keys}, hot_added=keys, now=1.0, since=10**9))

@@ -12,7 +12,7 @@ KEYS = [block_key(f"s3://b/{i}", '"v"') for i in range(6)]
 
 def coordinator(tmp_path, warm=True, alive=None):
     config = load_config({"warm": {"url": str(tmp_path / "warm") if warm else None, "capacity_bytes": 3000}})
-    return Coordinator(config, node_alive=lambda: alive)
+    return Coordinator(config, node_alive=lambda: alive).start()
 
 
 def test_holder_map_deltas_and_snapshots(tmp_path):

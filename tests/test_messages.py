@@ -114,7 +114,7 @@ def test_cold_location_is_resolved_once_from_config_and_environment():
 
 @pytest.fixture
 def node_cache(tmp_path):
-    cache = NodeCache(load_config({"hot": {"dir": str(tmp_path / "hot")}, "warm": {"url": None}}), node_id="n1")
+    cache = NodeCache(load_config({"hot": {"dir": str(tmp_path / "hot")}, "warm": {"url": None}}), node_id="n1").start()
     yield cache
     cache.close()
 

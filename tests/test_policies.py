@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tierload.counts import AccessCounts
 from tierload.errors import ConfigError
 from tierload.policies.clairvoyant import ClairvoyantPolicy, PositionalOracle
 from tierload.policies.frequency import DecayingCounter, at_least
@@ -38,9 +39,9 @@ def replay(name, blocks, capacity, sizes=None, epochs=None, oracle_kind="positio
     trace_oracle = TraceOracle(max(blocks) + 1)
     oracle = trace_oracle if oracle_kind == "positional" else DistancesOnlyOracle(trace_oracle)
     index = TierIndex("t", capacity, make_policy(name, counter=counter, oracle=oracle, get_cost_bytes=1 << 20),
-                      counter)
+                      AccessCounts(counter))
     for key in pins:
-        index.pin(key)
+        index.pins.pin(key)
     nexts = next_use(np.array(blocks)).tolist()
     hits, within = 0, True
     for i, block in enumerate(blocks):
@@ -191,7 +192,7 @@ def test_no_policy_ever_exceeds_the_capacity(name):
 
 def test_a_replaced_policy_learns_the_residents_and_decides_next():
     counter = DecayingCounter(4.0)
-    index = TierIndex("t", 2, make_policy("keep", counter=counter), counter)
+    index = TierIndex("t", 2, make_policy("keep", counter=counter), AccessCounts(counter))
     for key in (0, 1):
         index.record_access(key, 0.0)
         index.reserve(key, 1, 0.0)

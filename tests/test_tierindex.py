@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from tierload.counts import AccessCounts
 from tierload.policies.clairvoyant import NEVER
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
@@ -23,7 +24,8 @@ class FixedOracle:
 
 def make_index(name, capacity, oracle=None):
     counter = DecayingCounter(4.0)
-    return TierIndex("t", capacity, make_policy(name, counter=counter, oracle=oracle or FixedOracle({})), counter)
+    return TierIndex("t", capacity, make_policy(name, counter=counter, oracle=oracle or FixedOracle({})),
+                     AccessCounts(counter))
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "keep", "clairvoyant"])
@@ -37,7 +39,7 @@ def test_capacity_is_never_exceeded_under_churn(policy):
         oracle.distance = {k: rng.randrange(1000) for k in list(index.resident)[:50]}
         index.record_access(key, step / 1000)
         if rng.random() < 0.1:
-            index.pin(key)
+            index.pins.pin(key)
         admission = index.reserve(key, size, step / 1000)
         if admission.admitted:
             if rng.random() < 0.1:
@@ -45,10 +47,10 @@ def test_capacity_is_never_exceeded_under_churn(policy):
             else:
                 index.commit(key, step / 1000)
         if rng.random() < 0.1 and index.pins:
-            index.unpin(next(iter(index.pins)))
+            index.pins.unpin(next(iter(index.pins)))
         assert index.used_bytes == sum(index.resident.values()) + sum(index.reserved.values())
         assert index.used_bytes <= index.capacity_bytes
-        assert not any(index.is_pinned(v) for v in admission.victims)
+        assert not any(index.pins.is_pinned(v) for v in admission.victims)
 
 
 def test_state_machine_transitions():
@@ -65,7 +67,7 @@ def test_state_machine_transitions():
 
 def test_blocks_larger_than_the_tier_and_below_the_count_threshold_are_refused():
     counter = DecayingCounter(2.0)
-    index = TierIndex("t", 100, make_policy("lru", counter=counter), counter, admit_min_count=2)
+    index = TierIndex("t", 100, make_policy("lru", counter=counter), AccessCounts(counter), admit_min_count=2)
     counter.add("a", 0)
     assert not index.reserve("a", 10, 0).admitted  # one access, threshold two
     counter.add("a", 0)

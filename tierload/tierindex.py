@@ -1,4 +1,4 @@
-"""Residency, capacity and pins of one tier: the one place a block's state changes.
+"""Residency and capacity of one tier, and the pins it honours: the one place a block's state changes.
 
 A block in a tier is in one of three states, and these are the only legal transitions::
 
@@ -14,10 +14,10 @@ its lock around every call. No I/O here, so the simulator drives the same class.
 from __future__ import annotations
 
 import enum
-from collections import Counter
 from dataclasses import dataclass
 from typing import Hashable, Sequence
 
+from tierload.counts import AccessCounts, PinCounts
 from tierload.policies.base import Policy
 from tierload.policies.frequency import DecayingCounter
 
@@ -59,25 +59,33 @@ class TierIndex:
         name: Tier name (for stats and errors).
         capacity_bytes: Never exceeded by resident + reserved bytes.
         policy: Chooses victims (see :mod:`tierload.policies`).
-        counter: Decayed access counts used for the admission threshold.
+        accesses: Where accesses are counted; this tier's policy hears of each one, and the
+            admission threshold reads its decayed counts. A bare :class:`DecayingCounter`
+            (a tier on its own: the simulator, tests) is counted through an
+            :class:`AccessCounts` of its own.
         admit_min_count: Accesses a block needs before it may be admitted.
-        pins: Pin counts, shared between the levels of one node's hot tier (a pinned block is
-            needed by a planned access and must stay wherever it is).
+        pins: Pin counts, owned by the caller and shared between the levels of one node's hot
+            tier (a pinned block is needed by a planned access and must stay wherever it is);
+            read here, never changed.
     """
 
-    def __init__(self, name: str, capacity_bytes: int, policy: Policy, counter: DecayingCounter,
-                 admit_min_count: float = 1.0, pins: Counter | None = None) -> None:
+    def __init__(self, name: str, capacity_bytes: int, policy: Policy, accesses: AccessCounts | DecayingCounter,
+                 admit_min_count: float = 1.0, pins: PinCounts | None = None) -> None:
+        if isinstance(accesses, DecayingCounter):
+            accesses = AccessCounts(accesses)
         self.name = name
         self.capacity_bytes = capacity_bytes
         self.policy = policy
-        self.counter = counter
+        self.accesses = accesses
+        self.counter = accesses.counter
         self.admit_min_count = admit_min_count
         self.resident: dict[Hashable, int] = {}
         self.reserved: dict[Hashable, int] = {}
-        self.pins: Counter = Counter() if pins is None else pins
+        self.pins = PinCounts() if pins is None else pins
         self.used_bytes = 0
         self.evictions = 0
         self.refusals = 0
+        accesses.listen(self)
 
     def state(self, key: Hashable) -> Residency:
         if key in self.resident:
@@ -90,21 +98,8 @@ class TierIndex:
         return key in self.resident
 
     def record_access(self, key: Hashable, now: float) -> None:
-        """Count one access of ``key`` (hit or miss) and tell the policy."""
-        self.counter.add(key, now)
-        self.policy.on_access(key, now)
-
-    def pin(self, key: Hashable) -> None:
-        self.pins[key] += 1
-
-    def unpin(self, key: Hashable) -> None:
-        if self.pins[key] <= 1:
-            del self.pins[key]
-        else:
-            self.pins[key] -= 1
-
-    def is_pinned(self, key: Hashable) -> bool:
-        return key in self.pins
+        """Count one access of ``key`` (hit or miss) where accesses are counted (see ``accesses``)."""
+        self.accesses.record(key, now)
 
     def reserve(self, key: Hashable, size: int, now: float) -> Admission:
         """Try to make room for ``key`` (``size`` bytes): ABSENT -> RESERVED.
@@ -123,8 +118,7 @@ class TierIndex:
         need = self.used_bytes + size - self.capacity_bytes
         admission = _ADMITTED_NO_VICTIMS
         if need > 0:
-            # pins.__contains__ is is_pinned without a Python frame: policies call it per candidate.
-            chosen = self.policy.victims(key, size, need, self.resident, self.pins.__contains__, now)
+            chosen = self.policy.victims(key, size, need, self.resident, self.pins.is_pinned, now)
             if chosen is None:
                 self.refusals += 1
                 return _NO_VICTIMS

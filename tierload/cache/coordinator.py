@@ -7,8 +7,9 @@ peers they found dead. The answer carries the warm admissions (room is made, vic
 before any byte is written) and the changes to the holder map since the node's last call, so
 every node keeps a replica of who holds what and fetches from a peer before going to S3.
 
-State is rebuilt after a restart: the warm index from the warm store, the holder map from the
-nodes, which resend their full residency when they see a new ``incarnation``.
+State is rebuilt after a restart: the warm index from the warm store (read by
+:meth:`Coordinator.start`; the constructor does no I/O), the holder map from the nodes, which
+resend their full residency when they see a new ``incarnation``.
 
 This is a plain class; :mod:`tierload.cache.runtime` makes it a named, detached Ray actor.
 """
@@ -24,8 +25,11 @@ from typing import Any
 
 from tierload.cache.messages import SyncAnswer, SyncReport
 from tierload.config import TierloadConfig, as_config
+from tierload.counts import AccessCounts
+from tierload.errors import ServiceError
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
+from tierload.stores.base import BlockStore
 from tierload.stores.registry import open_store
 from tierload.tierindex import TierIndex
 
@@ -38,6 +42,10 @@ LIVENESS_INTERVAL_S = 2.0
 class Coordinator:
     """Warm-tier admission and eviction, cluster-wide frequencies, and the holder map.
 
+    The cluster-wide counts aggregate the access counts that nodes report in their syncs (each
+    node counts its own accesses, once, in its :class:`~tierload.cache.accounting.NodeAccounting`);
+    nothing is counted here that a node did not report.
+
     Args:
         config: The effective configuration (dict or :class:`TierloadConfig`).
         node_alive: Returns the ids of live nodes, or None when unknown (default: ask Ray).
@@ -48,15 +56,13 @@ class Coordinator:
         policy = self.config.policy
         self.incarnation = secrets.token_hex(8)
         self._lock = threading.RLock()
-        self._counter = DecayingCounter(policy.decay.half_life)
-        self._store = open_store(self.config.warm.url, "warm") if self.config.warm.url else None
+        self._reported = AccessCounts(DecayingCounter(policy.decay.half_life))  # node reports, not accesses
+        self._counter = self._reported.counter
+        self._store: BlockStore | None = None  # opened by start()
         self._index = None
-        if self._store is not None:
+        if self.config.warm.url:
             self._index = TierIndex("warm", self.config.warm.capacity_bytes, self._make_policy(policy.warm),
-                                    self._counter, policy.warm.admit_min_count)
-            for key, size in sorted(self._store.scan().items()):
-                if not self._index.add_existing(key, size, 0.0):
-                    self._store.delete(key)
+                                    self._reported, policy.warm.admit_min_count)
         self._holders: dict[str, set[str]] = {}
         self._node_keys: dict[str, set[str]] = defaultdict(set)
         self._changelog: list[tuple[int, str]] = []  # (version, key) of every holder change
@@ -68,6 +74,24 @@ class Coordinator:
         self._liveness_checked = 0.0
         self._now = 0.0
         self._accesses = 0.0
+
+    def start(self) -> Coordinator:
+        """Open the warm tier and adopt the blocks it holds (the overflow beyond capacity is deleted).
+
+        Returns:
+            This coordinator, started.
+
+        Raises:
+            BackendError: The warm tier cannot be opened or listed.
+        """
+        if self._index is not None and self.config.warm.url:
+            store = open_store(self.config.warm.url, "warm")
+            with self._lock:
+                self._store = store
+                for key, size in sorted(store.scan().items()):
+                    if not self._index.add_existing(key, size, 0.0):
+                        store.delete(key)
+        return self
 
     def ready(self) -> bool:
         return True
@@ -111,9 +135,7 @@ class Coordinator:
             self._forgotten.discard(node_id)
             clock = self._clock(report.now)
             for key, amount in report.counts.items():
-                self._counter.add(key, clock, amount)
-                if self._index is not None:
-                    self._index.policy.on_access(key, clock)
+                self._reported.record(key, clock, amount)
                 self._accesses += amount
             self._apply_residency(node_id, report)
             for lost in report.lost:
@@ -183,7 +205,7 @@ class Coordinator:
             present.append(key in self._index)
             admission = self._index.reserve(key, size, clock)
             for victim in admission.victims:
-                self._store.delete(victim)
+                self._delete_warm(victim)
             granted.append(admission.admitted)
         return granted, present
 
@@ -191,8 +213,13 @@ class Coordinator:
         if self._index is None or self._store is None:
             return 0
         removed = self._index.remove(key)
-        self._store.delete(key)
+        self._delete_warm(key)
         return int(removed)
+
+    def _delete_warm(self, key: str) -> None:
+        if self._store is None:
+            raise ServiceError("the coordinator was not started (call start() before sync)")
+        self._store.delete(key)
 
     def _apply_residency(self, node_id: str, report: SyncReport) -> None:
         full = report.hot_full

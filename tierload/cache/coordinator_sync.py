@@ -66,8 +66,15 @@ class CoordinatorSync:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tierload-coordinator-sync", daemon=True)
 
-    def start(self) -> None:
-        """Start syncing in the background (once the owner is fully set up)."""
+    def start(self, warm_store: BlockStore | None = None) -> None:
+        """Start syncing in the background (once the owner is fully set up).
+
+        Args:
+            warm_store: The warm tier's store, if the owner opened it only now (it replaces the
+                constructor's).
+        """
+        if warm_store is not None:
+            self.warm_store = warm_store
         self._thread.start()
 
     # ------------------------------------------------------------ producers

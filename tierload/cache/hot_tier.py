@@ -5,6 +5,9 @@ Decisions are made under the node cache's lock (the :class:`TierIndex` of each l
 one place residency changes); a new block's file is written outside it, after its bytes were
 reserved, and victims are deleted before the decision returns, so the bytes on disk never
 exceed a level's capacity.
+
+The constructor touches no file; :meth:`HotTier.start` creates the levels' directories and
+adopts the blocks an earlier run left there.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import logging
 import os
 import tempfile
 import threading
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence, cast
 
@@ -21,9 +23,9 @@ import xxhash
 
 from tierload.blockfile import encode_frame, verify_frame
 from tierload.config import TierloadConfig, TierPolicyConfig
+from tierload.counts import AccessCounts, PinCounts
 from tierload.errors import BackendError, IntegrityError
 from tierload.policies.clairvoyant import NextUseOracle
-from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
 from tierload.stores.local import LocalDirStore
 from tierload.tierindex import TierIndex
@@ -46,7 +48,9 @@ class HotTier:
     Args:
         config: The node cache's configuration.
         hot_dir: The disk level's directory (``{node}`` already replaced).
-        counter: Decayed access counts (shared with the node cache).
+        accesses: Where the node counts accesses; every level's policy listens to it, and
+            admission thresholds and frequency policies read its decayed counts.
+        pins: The node's pin counts (owned by the node cache; pinned blocks are never evicted).
         oracle: Next-use distances for the clairvoyant policy.
         lock: The node cache's lock; every residency change happens under it.
         now: The decay clock.
@@ -55,23 +59,36 @@ class HotTier:
         in_warm: Whether the warm tier is known to hold a key (then eviction skips the offer).
     """
 
-    def __init__(self, config: TierloadConfig, hot_dir: str, counter: DecayingCounter, oracle: NextUseOracle,
-                 lock: threading.RLock | threading.Condition, now: Callable[[], float],
+    def __init__(self, config: TierloadConfig, hot_dir: str, accesses: AccessCounts, pins: PinCounts,
+                 oracle: NextUseOracle, lock: threading.RLock | threading.Condition, now: Callable[[], float],
                  offer_warm: Callable[[str, bytes], None] | None = None,
                  in_warm: Callable[[str], bool] = lambda key: False) -> None:
-        self.counter = counter
+        self.config = config
+        self.hot_dir = hot_dir
+        self.policy = config.policy.hot  # replace_policy() may change it before start()
+        self.accesses = accesses
+        self.counter = accesses.counter
+        self.pins = pins
         self.oracle = oracle
         self.lock = lock
         self.now = now
         self.offer_warm = offer_warm
         self.in_warm = in_warm
-        self.pins: Counter = Counter()  # blocks a planned access needs: never evicted
         self.dirty: set[str] = set()    # keys whose residency changed since take_dirty()
-        self.levels = self._make_levels(config, hot_dir)
+        self.levels: list[Level] = []  # made by start()
 
     # ------------------------------------------------------------------ set-up
+    def start(self) -> None:
+        """Create the levels' directories and adopt the blocks an earlier run left there.
+
+        Raises:
+            BackendError: A level's directory cannot be created.
+        """
+        self.levels = self._make_levels(self.config, self.hot_dir)
+        self.recover()
+
     def _make_levels(self, config: TierloadConfig, hot_dir: str) -> list[Level]:
-        hot, policy = config.hot, config.policy.hot
+        hot, policy = config.hot, self.policy
         specs = []
         if hot.ram_capacity_bytes > 0:
             shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -79,8 +96,8 @@ class HotTier:
             specs.append(("ram", os.path.join(shm, f"tierload-ram-{ident}"), hot.ram_capacity_bytes))
         specs.append(("disk", hot_dir, hot.capacity_bytes))
         return [Level(name, LocalDirStore(path, tier=f"hot-{name}"),
-                      TierIndex(f"hot-{name}", capacity, self._policy(policy), self.counter, policy.admit_min_count,
-                                pins=self.pins))
+                      TierIndex(f"hot-{name}", capacity, self._policy(policy), self.accesses,
+                                policy.admit_min_count, pins=self.pins))
                 for name, path, capacity in specs]
 
     def _policy(self, policy: TierPolicyConfig):
@@ -99,6 +116,7 @@ class HotTier:
 
     def replace_policy(self, policy: TierPolicyConfig) -> None:
         """Switch every level to ``policy`` from the next admission on (call under the lock)."""
+        self.policy = policy
         for level in self.levels:
             level.index.replace_policy(self._policy(policy), policy.admit_min_count, self.now())
 

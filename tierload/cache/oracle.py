@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 
@@ -23,12 +23,12 @@ class PlanOracle:
         streams_by_dataset: ``{dataset_id: [Stream, ...]}`` (read live).
     """
 
-    def __init__(self, key_owners: dict[str, list[tuple[str, int]]],
+    def __init__(self, key_owners: dict[Any, list[tuple[str, int]]],
                  streams_by_dataset: dict[str, list[Stream]]) -> None:
         self.key_owners = key_owners
         self.streams_by_dataset = streams_by_dataset
 
-    def distances(self, keys: Sequence[str]) -> np.ndarray:
+    def distances(self, keys: Sequence[Hashable]) -> np.ndarray:
         """int64 array: accesses until each key's next use (``NEVER`` if no plan needs it)."""
         out = np.full(len(keys), NEVER, dtype=np.int64)
         positions: dict[str, list[int]] = defaultdict(list)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from tierload.cache.coordinator import Coordinator
 from tierload.config import TierloadConfig
 from tierload.errors import MethodNotAllowedError, ServiceError
 
@@ -73,13 +74,19 @@ def _actor_options(name: str, namespace: str) -> dict[str, Any]:
             "max_concurrency": 64, "max_restarts": 3, "max_task_retries": 2}
 
 
+class _RayCoordinator(Coordinator):
+    """Actor body: a started Coordinator (Ray runs only ``__init__``, also when it restarts the actor)."""
+
+    def __init__(self, config: dict) -> None:
+        super().__init__(config)
+        self.start()
+
+
 def get_coordinator(config: TierloadConfig):
     """The deployment's coordinator actor, created if missing."""
     import ray
 
-    from tierload.cache.coordinator import Coordinator
-
-    handle: Any = ray.remote(Coordinator).options(
+    handle: Any = ray.remote(_RayCoordinator).options(
         **_actor_options(coordinator_name(config), config.ray.namespace)).remote(config.to_dict())
     try:
         ray.get(handle.ready.remote(), timeout=120)
@@ -137,7 +144,7 @@ class _RayNodeCache:
         node_id = ray.get_runtime_context().get_node_id()
         self.where = f"node cache actor on node {node_id}"
         self.cache = NodeCache(config, node_id=node_id, coordinator_call=_CoordinatorCall(coordinator, namespace),
-                               peer_call=_PeerCall(config, namespace))
+                               peer_call=_PeerCall(config, namespace)).start()
 
     def ready(self) -> bool:
         return True

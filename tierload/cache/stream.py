@@ -53,7 +53,7 @@ class Stream:
         self.done: set[int] = set()
         self.scheduled: list[tuple[int, int]] = []  # heap of (run_last, run) not yet passed
         self.window_bytes = 0
-        self.stats: dict[str, float] = {}
+        self.stats: dict[str, int] = {}  # the node cache's counters of this stream (cache/stats.py)
         self.lineage = stream_id  # same for every epoch of one (dataset, seed, rank, world size)
 
     @property

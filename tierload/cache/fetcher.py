@@ -1,0 +1,242 @@
+"""A node cache's fetcher: brings a block in, once however many consumers wait for it.
+
+A fetch reads a peer node's hot tier first (if the holder map names one), then the warm
+tier, then cold; the block is then placed in the hot tier by policy. A block the hot tier
+refuses is staged in memory while a planned access still needs (pins) it. A failed fetch is
+kept for the consumer that waits for it, which raises its error.
+
+No lock of its own: the node cache passes in its condition; fetch threads take it, and the
+other methods are called with it held.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tierload.blockfile import HEADER_SIZE, decode_frame
+from tierload.blocks import Block
+from tierload.cache.accounting import NodeAccounting
+from tierload.cache.catalog import BlockCatalog
+from tierload.cache.coordinator_sync import CoordinatorSync
+from tierload.cache.hot_tier import HotTier
+from tierload.cache.stream import Stream
+from tierload.checksum import checksum
+from tierload.config import TierloadConfig
+from tierload.counts import PinCounts
+from tierload.errors import BackendError, IntegrityError, ServiceError, TierloadError
+from tierload.stores.base import BlockStore
+
+log = logging.getLogger(__name__)
+
+ACQUIRE_TIMEOUT_S = 600.0
+
+
+@dataclass
+class _Fetch:
+    stream: Stream | None
+    counted: bool
+
+
+@dataclass
+class _FailedFetch:
+    error: BaseException
+    stats: dict = field(default_factory=dict)
+
+
+class Fetcher:
+    """Single-flight fetches from peers, warm and cold into the hot tier, on a thread pool.
+
+    Args:
+        config: The node cache's configuration (``hot`` and ``prefetch`` sections are read).
+        node_id: This node's id (in error messages).
+        cond: The node cache's condition; waiters are woken when a fetch ends.
+        catalog: The registered blocks and their cold sources.
+        hot: The hot tier blocks are placed in.
+        pins: The node's pin counts (a refused block is staged only while pinned).
+        accounting: Where fetch outcomes and byte counts are added.
+        sync: The node's link to the coordinator (holder map, warm proposals), or None.
+        peer_call: ``peer_call(node_id, method, *args, timeout_s=...)``, or None.
+    """
+
+    def __init__(self, config: TierloadConfig, node_id: str, cond: threading.Condition, catalog: BlockCatalog,
+                 hot: HotTier, pins: PinCounts, accounting: NodeAccounting, sync: CoordinatorSync | None,
+                 peer_call: Callable | None) -> None:
+        self.config = config
+        self.node_id = node_id
+        self._cond = cond
+        self._catalog = catalog
+        self._hot = hot
+        self._pins = pins
+        self._accounting = accounting
+        self._sync = sync
+        self._peer_call = peer_call
+        self._warm: BlockStore | None = None
+        self._inflight: dict[str, _Fetch] = {}
+        self._staged: dict[str, bytes] = {}
+        self._failed: dict[str, _FailedFetch] = {}
+        self._pool = ThreadPoolExecutor(config.prefetch.concurrency, thread_name_prefix="tierload-fetch")
+
+    def start(self, warm: BlockStore | None) -> None:
+        """Read the warm tier through ``warm`` (opened by the owner) from now on."""
+        self._warm = warm
+
+    def close(self) -> None:
+        """Drop queued fetches (running ones finish in the background)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --------------------------------------------------- under the node cache's lock
+    def busy_with(self, key: str) -> bool:
+        """Whether ``key`` is being fetched, or held in memory for a consumer."""
+        return key in self._inflight or key in self._staged
+
+    def submit(self, key: str, stream: Stream | None, counted: bool) -> None:
+        """Start fetching ``key`` for ``stream`` (``counted``: the fetch's source is a hit counter)."""
+        self._failed.pop(key, None)
+        self._inflight[key] = _Fetch(stream, counted)
+        self._pool.submit(self._fetch, key)
+
+    def wait_for(self, key: str, stream: Stream, deadline: float) -> int | bytes:
+        """Wait (the lock released meanwhile) until ``key`` is hot or staged; fetch it if nobody does.
+
+        Returns:
+            The hot level that holds it, or its raw bytes when the hot tier did not admit it.
+
+        Raises:
+            TierloadError: The fetch failed.
+            ServiceError: Not fetched by ``deadline`` (``time.monotonic()`` seconds).
+        """
+        while True:
+            level = self._hot.level_of(key)
+            if level is not None:
+                return level
+            if key in self._staged:
+                return self._staged[key]
+            if key not in self._inflight:
+                failure = self._failed.pop(key, None)
+                if failure is not None:
+                    raise failure.error
+                self.submit(key, stream, counted=False)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ServiceError(f"block {key} was not fetched within {ACQUIRE_TIMEOUT_S:.0f}s",
+                                   where=f"node cache on node {self.node_id}")
+            self._cond.wait(min(remaining, 1.0))
+
+    def release(self, key: str) -> None:
+        """Drop one pin; a block nobody needs any more leaves memory if the hot tier refused it."""
+        if self._pins.unpin(key):
+            self._staged.pop(key, None)
+
+    def discard(self, key: str) -> None:
+        """Forget a staged copy of ``key`` (its source changed)."""
+        self._staged.pop(key, None)
+
+    def stats(self) -> dict[str, int]:
+        """``inflight`` fetches and ``staged_bytes`` held for consumers."""
+        return {"inflight": len(self._inflight), "staged_bytes": sum(len(v) for v in self._staged.values())}
+
+    # -------------------------------------------------------------- fetch threads
+    def _fetch(self, key: str) -> None:
+        with self._cond:
+            fetch = self._inflight.get(key)
+            block = self._catalog.block(key)
+        if fetch is None or block is None:
+            return
+        tally: Counter = Counter()
+        try:
+            raw, digest, source = self._read_lower_tiers(key, block, tally)
+            level = self._place(key, raw, digest, source)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the block
+            if not isinstance(exc, TierloadError):
+                exc = ServiceError(f"{type(exc).__name__}: {exc}", where=f"prefetch thread of node {self.node_id}",
+                                   remote_traceback=traceback.format_exc())
+            log.warning("fetch of block %s failed: %s", key, exc)
+            with self._cond:
+                self._inflight.pop(key, None)
+                self._failed[key] = _FailedFetch(exc)
+                tally["fetch_errors"] += 1
+                self._accounting.tally(fetch.stream, tally)
+                self._cond.notify_all()
+            return
+        if source == "cold" and self._sync is not None:
+            # Offered before the fetch leaves the in-flight table, so whoever waits for the fetch
+            # and then syncs (sync_now) is sure the offer travels with that sync.
+            self._sync.offer_fetched(key, raw, digest)
+        with self._cond:
+            if level is None and key in self._pins:
+                self._staged[key] = raw
+            if fetch.counted:
+                tally[{"warm": "warm_hits", "peer": "peer_hits", "cold": "cold_misses"}[source]] += 1
+            self._accounting.tally(fetch.stream, tally)
+            self._inflight.pop(key, None)
+            self._cond.notify_all()
+
+    def _read_from_peer(self, key: str, tally: Counter) -> tuple[bytes, int] | None:
+        """The block from another node's hot tier, if one holds it and answers in time."""
+        if self._sync is None or self._peer_call is None:
+            return None
+        for node in self._sync.holders_of(key):
+            try:
+                answer = self._peer_call(node, "read_block", key, timeout_s=self.config.hot.peer_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a dead or stuck peer: fall back, never hang
+                log.warning("peer node %s did not serve block %s (%s: %s); not asking it again", node, key,
+                            type(exc).__name__, exc)
+                self._sync.report_lost(node)
+                tally["peer_errors"] += 1
+                continue
+            if answer is None:
+                continue  # the peer evicted it since the holder map was updated
+            try:
+                raw, digest = decode_frame(key, answer)  # verified once; a raw frame's payload as-is
+            except IntegrityError:
+                tally["integrity_failures"] += 1
+                log.warning("block %s from peer %s failed its checksum; not used", key, node)
+                continue
+            tally["peer_bytes"] += len(answer) - HEADER_SIZE
+            return raw, digest
+        return None
+
+    def _read_lower_tiers(self, key: str, block: Block, tally: Counter) -> tuple[bytes, int, str]:
+        """Peer hot tiers first, then warm, then cold: returns ``(raw, checksum, source)``."""
+        from_peer = self._read_from_peer(key, tally)
+        if from_peer is not None:
+            return from_peer[0], from_peer[1], "peer"
+        if self._warm is not None:
+            try:
+                stored = self._warm.read(key)
+            except KeyError:
+                stored = None
+            except BackendError as exc:
+                log.warning("warm tier read of %s failed (%s); reading cold", key, exc)
+                stored = None
+            if stored is not None:
+                try:
+                    raw, digest = decode_frame(key, stored)
+                    tally["warm_bytes"] += len(stored)
+                    return raw, digest, "warm"
+                except IntegrityError:
+                    log.warning("warm copy of %s failed its checksum; dropped, reading cold", key)
+                    tally["integrity_failures"] += 1
+                    if self._sync is not None:
+                        self._sync.drop_warm(key)
+        source = self._catalog.source_of(key)
+        raw = source.read(block.url, block.version, block.offset, block.length, tally=tally)
+        return raw, checksum(raw), "cold"
+
+    def _place(self, key: str, raw: bytes, digest: int, source: str) -> int | None:
+        """Admit a fetched block into the hot tier; its level, or None if it stays out.
+
+        A block served by a peer stays there (the cluster holds it once) unless this node
+        reads it often enough to earn its own copy (``hot.peer_copy_min_count``).
+        """
+        counter = self._accounting.accesses.counter
+        if source == "peer" and counter.at_last_access(key) < self.config.hot.peer_copy_min_count:
+            return None
+        return self._hot.place(key, raw, digest)
