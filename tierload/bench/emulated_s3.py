@@ -12,7 +12,11 @@ shapes every response:
 * **total bandwidth**: all response bodies together share ``total_mb_s`` (a FIFO token
   timeline, 64 KiB chunks, a 10 ms burst allowance).
 
-Uploads (PUT bodies) pass unshaped: the benchmark times reads. The proxy counts what it
+Uploads (PUT bodies) pass unshaped: the benchmark times reads. Buckets named with
+``--bucket NAME=SPEC`` are answered by the proxy itself from its own copy (a stored or a
+synthetic bucket, see :mod:`tierload.bench.own_buckets` and :mod:`tierload.bench.s3_answers`),
+with the same latency, bandwidth and counters, so small-object workloads are not limited by
+moto's few hundred GETs per second; every other bucket goes to moto. The proxy counts what it
 serves, so every contender's S3 traffic is measured the same way: object GETs and their
 body bytes, LISTs, HEADs, PUTs. ``GET /__bench__/counters`` returns them as JSON.
 
@@ -42,6 +46,8 @@ import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from tierload.bench.own_buckets import OwnBucket, parse_spec
+from tierload.bench.s3_answers import answer as s3_answer
 from tierload.s3local import stop_child
 
 CHUNK_BYTES = 64 * 1024
@@ -103,13 +109,44 @@ def _is_object_path(path: str) -> bool:
     return len(parts) == 2 and parts[1] != ""
 
 
-def _make_app(upstream: str, link: LinkSettings):
+def _split_bucket(path: str) -> tuple[str, str]:
+    bucket, _, key = path.lstrip("/").partition("/")
+    return bucket, key
+
+
+def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | None = None):
     import aiohttp
     from aiohttp import web
 
     counters: Counter = Counter()
     total = _Pacer(link.total_mb_s * 1e6)
     state: dict = {}
+    own = own or {}
+    capped = bool(link.connection_mb_s or link.total_mb_s)
+
+    async def serve_own(request, bucket_name: str, key: str, arrived: float):
+        reply = s3_answer(own[bucket_name], bucket_name, key, request.method, request.headers, request.query)
+        counters[f"{reply.kind}_requests"] += 1
+        if reply.status >= 400:
+            counters[f"{reply.kind}_errors"] += 1
+        wait = link.latency_ms / 1000.0 - (time.monotonic() - arrived)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        body = reply.body or b""
+        counters[f"{reply.kind}_bytes"] += len(body)
+        if not capped or len(body) == 0:
+            return web.Response(status=reply.status, headers=reply.headers, body=reply.body)
+        headers = {**reply.headers, "Content-Length": str(len(body))}
+        response = web.StreamResponse(status=reply.status, headers=headers)
+        await response.prepare(request)
+        connection = _Pacer(link.connection_mb_s * 1e6)
+        for start in range(0, len(body), CHUNK_BYTES):
+            chunk = body[start:start + CHUNK_BYTES]
+            await connection.take(len(chunk))
+            await total.take(len(chunk))
+            await response.write(chunk)
+        await response.write_eof()
+        return response
 
     async def on_startup(app) -> None:
         state["session"] = aiohttp.ClientSession(
@@ -128,6 +165,9 @@ def _make_app(upstream: str, link: LinkSettings):
         if request.path.startswith(CONTROL_PREFIX):
             return await control(request)
         arrived = time.monotonic()
+        bucket_name, key = _split_bucket(request.path)
+        if bucket_name in own:
+            return await serve_own(request, bucket_name, key, arrived)
         body = await request.read() if request.can_read_body else None
         method = request.method
         is_get = method == "GET" and _is_object_path(request.path)
@@ -163,10 +203,10 @@ def _make_app(upstream: str, link: LinkSettings):
     return app
 
 
-async def _serve(upstream: str, link: LinkSettings, port: int) -> None:
+async def _serve(upstream: str, link: LinkSettings, port: int, own: dict[str, OwnBucket]) -> None:
     from aiohttp import web
 
-    runner = web.AppRunner(_make_app(upstream.rstrip("/"), link), access_log=None, handle_signals=False)
+    runner = web.AppRunner(_make_app(upstream.rstrip("/"), link, own), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
     await site.start()
@@ -186,9 +226,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-ms", type=float, default=LinkSettings.latency_ms)
     parser.add_argument("--connection-mb-s", type=float, default=LinkSettings.connection_mb_s)
     parser.add_argument("--total-mb-s", type=float, default=LinkSettings.total_mb_s)
+    parser.add_argument("--bucket", action="append", default=[], metavar="NAME=SPEC",
+                        help="a bucket served by the proxy itself (see tierload.bench.own_buckets)")
     args = parser.parse_args(argv)
     link = LinkSettings(args.latency_ms, args.connection_mb_s, args.total_mb_s)
-    asyncio.run(_serve(args.upstream, link, args.port))
+    own = dict(parse_spec(spec) for spec in args.bucket)
+    asyncio.run(_serve(args.upstream, link, args.port, own))
 
 
 # --------------------------------------------------------------------------- the client side
@@ -205,11 +248,15 @@ class EmulatedS3:
     Args:
         upstream_url: The real (local) S3 endpoint, e.g. ``LocalS3().endpoint_url``.
         link: Latency and bandwidth to emulate.
+        own_buckets: Buckets the proxy answers itself: ``{name: spec}``, the spec as
+            :func:`tierload.bench.own_buckets.parse_spec` reads it (after ``NAME=``).
     """
 
-    def __init__(self, upstream_url: str, link: LinkSettings = LinkSettings()) -> None:
+    def __init__(self, upstream_url: str, link: LinkSettings = LinkSettings(),
+                 own_buckets: dict[str, str] | None = None) -> None:
         self.upstream_url = upstream_url
         self.link = link
+        self.own_buckets = dict(own_buckets or {})
         self.port = 0
         self._proc: subprocess.Popen | None = None
         self._stderr = None
@@ -229,7 +276,8 @@ class EmulatedS3:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tierload.bench.emulated_s3", "--upstream", self.upstream_url,
              "--latency-ms", str(link.latency_ms), "--connection-mb-s", str(link.connection_mb_s),
-             "--total-mb-s", str(link.total_mb_s)],
+             "--total-mb-s", str(link.total_mb_s),
+             *[f"--bucket={name}={spec}" for name, spec in self.own_buckets.items()]],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
         line = self._proc.stdout.readline().strip()
         if not line.isdigit():
