@@ -114,6 +114,39 @@ def _split_bucket(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+class _OwnServer:
+    """Answers the buckets the proxy serves itself, shaped and counted like proxied ones."""
+
+    def __init__(self, buckets: dict[str, OwnBucket], link: LinkSettings, counters: Counter, total: _Pacer) -> None:
+        self.buckets, self.link, self.counters, self.total = buckets, link, counters, total
+
+    async def respond(self, request, bucket_name: str, key: str, arrived: float):
+        from aiohttp import web
+
+        reply = s3_answer(self.buckets[bucket_name], bucket_name, key, request.method, request.headers,
+                          request.query)
+        self.counters[f"{reply.kind}_requests"] += 1
+        if reply.status >= 400:
+            self.counters[f"{reply.kind}_errors"] += 1
+        wait = self.link.latency_ms / 1000.0 - (time.monotonic() - arrived)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        body = reply.body or b""
+        self.counters[f"{reply.kind}_bytes"] += len(body)
+        if not (self.link.connection_mb_s or self.link.total_mb_s) or not body:
+            return web.Response(status=reply.status, headers=reply.headers, body=reply.body)
+        response = web.StreamResponse(status=reply.status, headers={**reply.headers, "Content-Length": str(len(body))})
+        await response.prepare(request)
+        connection = _Pacer(self.link.connection_mb_s * 1e6)
+        for start in range(0, len(body), CHUNK_BYTES):
+            chunk = body[start:start + CHUNK_BYTES]
+            await connection.take(len(chunk))
+            await self.total.take(len(chunk))
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+
 def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | None = None):
     import aiohttp
     from aiohttp import web
@@ -121,32 +154,7 @@ def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | Non
     counters: Counter = Counter()
     total = _Pacer(link.total_mb_s * 1e6)
     state: dict = {}
-    own = own or {}
-    capped = bool(link.connection_mb_s or link.total_mb_s)
-
-    async def serve_own(request, bucket_name: str, key: str, arrived: float):
-        reply = s3_answer(own[bucket_name], bucket_name, key, request.method, request.headers, request.query)
-        counters[f"{reply.kind}_requests"] += 1
-        if reply.status >= 400:
-            counters[f"{reply.kind}_errors"] += 1
-        wait = link.latency_ms / 1000.0 - (time.monotonic() - arrived)
-        if wait > 0:
-            await asyncio.sleep(wait)
-        body = reply.body or b""
-        counters[f"{reply.kind}_bytes"] += len(body)
-        if not capped or len(body) == 0:
-            return web.Response(status=reply.status, headers=reply.headers, body=reply.body)
-        headers = {**reply.headers, "Content-Length": str(len(body))}
-        response = web.StreamResponse(status=reply.status, headers=headers)
-        await response.prepare(request)
-        connection = _Pacer(link.connection_mb_s * 1e6)
-        for start in range(0, len(body), CHUNK_BYTES):
-            chunk = body[start:start + CHUNK_BYTES]
-            await connection.take(len(chunk))
-            await total.take(len(chunk))
-            await response.write(chunk)
-        await response.write_eof()
-        return response
+    own_server = _OwnServer(own or {}, link, counters, total)
 
     async def on_startup(app) -> None:
         state["session"] = aiohttp.ClientSession(
@@ -166,8 +174,8 @@ def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | Non
             return await control(request)
         arrived = time.monotonic()
         bucket_name, key = _split_bucket(request.path)
-        if bucket_name in own:
-            return await serve_own(request, bucket_name, key, arrived)
+        if bucket_name in own_server.buckets:
+            return await own_server.respond(request, bucket_name, key, arrived)
         body = await request.read() if request.can_read_body else None
         method = request.method
         is_get = method == "GET" and _is_object_path(request.path)

@@ -12,7 +12,9 @@ goes to moto.
   for single-part uploads.
 * :class:`SyntheticBucket`: ``count`` keys of ``size`` bytes in ``classes`` class folders,
   generated on demand (no bytes stored anywhere): a listing of ImageNet scale without an
-  upload. Bodies are deterministic per key, so GETs and ETags agree.
+  upload. Bodies and ETags are deterministic per key; the ETag is the MD5 of the key, not
+  of the body (as a multipart upload's ETag is not the body's MD5 either), so a listing of
+  millions of large objects costs no hashing of their bodies.
 
 Spec strings (one per ``--bucket`` of the emulator): ``NAME=stored:DIR`` or
 ``NAME=synthetic:COUNT:SIZE:CLASSES:PREFIX``.
@@ -108,10 +110,10 @@ class StoredBucket:
 
 
 class SyntheticBucket:
-    """``count`` objects of ``size`` bytes, keys ``PREFIX/<class:04d>/<n:08d>.bin``, made on demand.
+    """``count`` objects of ``size`` bytes, keys ``PREFIX/<class:04d>/<n:08d>.bin``, made up.
 
-    Object ``n`` is in class ``n % classes``; keys sort by class, then by ``n``. Its body is
-    ``size`` bytes derived from ``n`` (so its ETag is stable).
+    Object ``n`` is in class ``n % classes``. Its body is ``size`` bytes derived from its key;
+    its ETag the MD5 of its key. The keys are held (sorted) in memory, ~100 bytes each.
 
     Raises:
         ValueError: A negative count or size, or ``classes < 1``.
@@ -120,59 +122,33 @@ class SyntheticBucket:
     def __init__(self, count: int, size: int, classes: int, prefix: str = "synthetic") -> None:
         if count < 0 or size < 0 or classes < 1:
             raise ValueError(f"synthetic bucket count={count}, size={size}, classes={classes}: need >= 0, >= 0, >= 1")
-        self.count, self.object_size, self.classes, self.prefix = count, size, classes, prefix.strip("/")
-        # per class: objects n = c, c + classes, ... -> the sorted key list is class-major
-        self._per_class = np.array([len(range(c, count, classes)) for c in range(classes)], dtype=np.int64)
-        self._class_start = np.concatenate([[0], np.cumsum(self._per_class)]).astype(np.int64)
+        self.object_size = size
+        prefix = prefix.strip("/")
+        # class-major, then n: the order S3 lists them in (zero-padded numbers sort as strings)
+        self.keys = [f"{prefix}/{cls:04d}/{n:08d}.bin" for cls in range(classes) for n in range(cls, count, classes)]
 
     def __len__(self) -> int:
-        return self.count
-
-    def _object(self, index: int) -> int:
-        cls = int(np.searchsorted(self._class_start, index, side="right")) - 1
-        return cls + (index - int(self._class_start[cls])) * self.classes
+        return len(self.keys)
 
     def key(self, index: int) -> str:
-        n = self._object(index)
-        return f"{self.prefix}/{n % self.classes:04d}/{n:08d}.bin"
-
-    def _index_of(self, cls: int, n: int) -> int:
-        return int(self._class_start[cls]) + (n - cls) // self.classes
+        return self.keys[index]
 
     def find(self, key: str) -> int | None:
-        parts = key.split("/")
-        if len(parts) != 3 or parts[0] != self.prefix or not parts[2].endswith(".bin"):
-            return None
-        try:
-            cls, n = int(parts[1]), int(parts[2][:-4])
-        except ValueError:
-            return None
-        if not 0 <= n < self.count or n % self.classes != cls or self.key(self._index_of(cls, n)) != key:
-            return None
-        return self._index_of(cls, n)
+        index = bisect.bisect_left(self.keys, key)
+        return index if index < len(self.keys) and self.keys[index] == key else None
 
     def first_at_or_after(self, key: str) -> int:
-        low, high = 0, self.count
-        while low < high:  # keys are sorted and computable: bisect on them
-            middle = (low + high) // 2
-            if self.key(middle) < key:
-                low = middle + 1
-            else:
-                high = middle
-        return low
+        return bisect.bisect_left(self.keys, key)
 
     def size(self, index: int) -> int:
         return self.object_size
 
-    def _full_body(self, index: int) -> bytes:
-        seed = hashlib.sha256(self.key(index).encode()).digest()
-        return (seed * (self.object_size // len(seed) + 1))[:self.object_size]
-
     def etag(self, index: int) -> str:
-        return f'"{hashlib.md5(self._full_body(index)).hexdigest()}"'
+        return f'"{hashlib.md5(self.keys[index].encode()).hexdigest()}"'
 
     def body(self, index: int, start: int, end: int) -> bytes:
-        return self._full_body(index)[start:end]
+        seed = hashlib.sha256(self.keys[index].encode()).digest()
+        return (seed * (self.object_size // len(seed) + 1))[start:end]
 
 
 def write_stored_bucket(directory: str | os.PathLike, objects: Iterable[tuple[str, bytes]]) -> Path:
