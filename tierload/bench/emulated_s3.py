@@ -45,6 +45,7 @@ import time
 import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass
+from typing import IO
 
 from tierload.bench.own_buckets import OwnBucket, parse_spec
 from tierload.bench.s3_answers import answer as s3_answer
@@ -218,7 +219,9 @@ async def _serve(upstream: str, link: LinkSettings, port: int, own: dict[str, Ow
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]
+    server = site._server
+    assert server is not None and hasattr(server, "sockets")  # started above
+    bound = server.sockets[0].getsockname()[1]
     print(bound, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -267,7 +270,7 @@ class EmulatedS3:
         self.own_buckets = dict(own_buckets or {})
         self.port = 0
         self._proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._stderr: IO[str] | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -280,18 +283,18 @@ class EmulatedS3:
             RuntimeError: The proxy did not start (its stderr is in the message).
         """
         link = self.link
-        self._stderr = tempfile.TemporaryFile(mode="w+")
-        self._proc = subprocess.Popen(
+        stderr = self._stderr = tempfile.TemporaryFile(mode="w+")
+        proc = self._proc = subprocess.Popen(
             [sys.executable, "-m", "tierload.bench.emulated_s3", "--upstream", self.upstream_url,
              "--latency-ms", str(link.latency_ms), "--connection-mb-s", str(link.connection_mb_s),
              "--total-mb-s", str(link.total_mb_s),
              *[f"--bucket={name}={spec}" for name, spec in self.own_buckets.items()]],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
-        line = self._proc.stdout.readline().strip()
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        line = proc.stdout.readline().strip() if proc.stdout is not None else ""
         if not line.isdigit():
-            self._proc.wait(timeout=10)
-            self._stderr.seek(0)
-            error = self._stderr.read()
+            proc.wait(timeout=10)
+            stderr.seek(0)
+            error = stderr.read()
             self.stop()
             raise RuntimeError(f"the emulated S3 proxy did not start: {error.strip()[-2000:]}")
         self.port = int(line)

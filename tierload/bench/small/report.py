@@ -14,9 +14,10 @@ from typing import Any
 from tierload.bench.small.profile import text as profile_text
 
 
-def _later(rows: list[dict[str, Any]]) -> float | None:
+def _later(rows: list[dict[str, Any]]) -> float:
+    """Mean samples/s of epochs 2+ (NaN with a single epoch)."""
     values = [row["samples_per_s"] for row in rows[1:]]
-    return statistics.fmean(values) if values else None
+    return statistics.fmean(values) if values else float("nan")
 
 
 def _check(name: str, value: float | None, goal: str, met: bool | None, detail: str) -> dict[str, Any]:

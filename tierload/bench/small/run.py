@@ -216,12 +216,12 @@ def _startup(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> 
     with LocalS3() as s3, EmulatedS3(s3.endpoint_url, link, buckets) as emulated:
         storage = {**CREDENTIALS, "client_kwargs": {"endpoint_url": emulated.endpoint_url, "region_name": "us-east-1"}}
         module = "tierload.bench.small.startup"
-        setup = {"url": f"s3://{STARTUP_BUCKET}/{SYNTHETIC_PREFIX}", "storage_options": storage}
-        report["dataset"] = {"url": setup["url"], "objects": options.startup_keys,
+        report["dataset"] = {"url": f"s3://{STARTUP_BUCKET}/{SYNTHETIC_PREFIX}", "objects": options.startup_keys,
                              "bytes": options.startup_keys * options.startup_size}
-        report["startup"] = runner.contender("startup", setup, module=module)
+        report["startup"] = runner.contender("startup", {"url": report["dataset"]["url"], "storage_options": storage},
+                                             module=module)
         if options.memory_keys:
-            setup = {"url": f"s3://{MEMORY_BUCKET}/{SYNTHETIC_PREFIX}", "storage_options": storage,
+            setup: dict[str, Any] = {"url": f"s3://{MEMORY_BUCKET}/{SYNTHETIC_PREFIX}", "storage_options": storage,
                      "epochs": 2, "batch_size": options.batch_size, "num_workers": options.num_workers}
             report["worker_memory"] = runner.contender("worker-memory", setup, module=module)
         report["emulator_counters"] = emulated.counters()
