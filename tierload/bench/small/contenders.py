@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     name, setup_path, result_path = argv
     setup = json.loads(Path(setup_path).read_text(encoding="utf-8"))
     try:
-        with MemoryWatch() as watch:
+        with MemoryWatch(interval_s=1.0) as watch:
             result = CONTENDERS[name](setup, watch)
             result["peak_rss_main_mb"] = watch.mark()["peak_rss_main_mb"]
         result["ok"] = True

@@ -1,10 +1,13 @@
-"""Where a contender's CPU time goes: ``py-spy record --subprocesses`` and a summary of it.
+"""Where a contender's CPU time goes: py-spy on every Python process of its tree, summarised.
 
-py-spy samples every Python process of the contender's tree (the training process, its
-DataLoader workers, and Ray's workers, where tierload's node cache actor runs) and writes
-"raw" collapsed stacks: ``process PID:"CMDLINE";frame;...;frame COUNT`` per line, frames
-as ``function (file:line)``, idle threads left out. :func:`summarise` groups the samples
-by process role and lists the functions with the most samples: any function on-CPU at the
+``py-spy record --subprocesses`` does not follow children on this kind of machine (it
+samples only the root), so :class:`TreeProfiler` watches the contender's process tree and
+attaches one ``py-spy record --pid PID --nonblocking`` to each Python process that appears:
+the training process, its DataLoader workers, and Ray's workers (``ray::...``, where
+tierload's node cache actor runs). When they have exited it merges their "raw" collapsed
+stacks into one file, each line prefixed ``process PID:"CMDLINE";`` (py-spy's own
+``--subprocesses`` format), idle threads left out. :func:`summarise` groups the samples by
+process role and lists the functions with the most samples: any function on-CPU at the
 leaf (self), and tierload's own functions anywhere on the stack (inclusive).
 """
 
@@ -12,28 +15,102 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 RATE_HZ = 50
 _PROCESS = re.compile(r'^process (\d+):"(.*)"$')
 _LINE = re.compile(r":\d+\)$")
 
 
-def py_spy_command(output: Path, rate_hz: int = RATE_HZ) -> list[str]:
-    """The ``py-spy record`` prefix for a command whose tree is to be profiled into ``output``.
+def py_spy_binary() -> str:
+    """py-spy beside this interpreter, or on PATH.
 
     Raises:
-        FileNotFoundError: py-spy is not installed beside this interpreter or on PATH.
+        FileNotFoundError: py-spy is not installed.
     """
     found = Path(sys.executable).with_name("py-spy")
     binary = str(found) if found.exists() else shutil.which("py-spy")
     if not binary:
         raise FileNotFoundError("py-spy is not installed (pip install py-spy)")
-    return [binary, "record", "--subprocesses", "--nonblocking", "-r", str(rate_hz), "-f", "raw", "-o", str(output),
-            "--"]
+    return binary
+
+
+class TreeProfiler:
+    """Attaches py-spy to every Python process in ``root_pid``'s tree while it runs.
+
+    Args:
+        root_pid: The contender's process.
+        output: The merged raw profile to write on exit.
+        rate_hz: Samples per second per process.
+    """
+
+    def __init__(self, root_pid: int, output: Path, rate_hz: int = RATE_HZ) -> None:
+        self.root_pid, self.output, self.rate_hz = root_pid, Path(output), rate_hz
+        self.binary = py_spy_binary()
+        self.spies: dict[int, tuple[subprocess.Popen, Path]] = {}
+        self.cmdlines: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _wanted(self, proc: psutil.Process) -> str | None:
+        cmdline = " ".join(proc.cmdline())
+        if cmdline.startswith("ray::") or (proc.pid == self.root_pid or "tierload.bench.small" in cmdline):
+            return cmdline
+        return None
+
+    def _attach(self) -> None:
+        try:
+            root = psutil.Process(self.root_pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                cmdline = self._wanted(proc)
+            except psutil.Error:
+                continue
+            if cmdline is None:
+                continue
+            self.cmdlines[proc.pid] = cmdline  # Ray renames a worker when it becomes an actor: keep the latest
+            if proc.pid not in self.spies:
+                path = self.output.with_name(f"{self.output.stem}.{proc.pid}.raw")
+                spy = subprocess.Popen([self.binary, "record", "--pid", str(proc.pid), "--nonblocking", "-r",
+                                        str(self.rate_hz), "-f", "raw", "-o", str(path)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                self.spies[proc.pid] = (spy, path)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.3):
+            self._attach()
+
+    def __enter__(self) -> "TreeProfiler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        for spy, _ in self.spies.values():
+            try:
+                spy.wait(timeout=15)   # its process has exited (or been killed): py-spy writes and exits
+            except subprocess.TimeoutExpired:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=15)
+        with open(self.output, "w", encoding="utf-8") as merged:
+            for pid, (_, path) in sorted(self.spies.items()):
+                if not path.exists():
+                    continue
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    merged.write(f'process {pid}:"{self.cmdlines[pid]}";{line}\n')
+                path.unlink()
 
 
 def _role(pid: int, cmdline: str, contender_pids: list[int]) -> str:
@@ -81,7 +158,7 @@ def summarise(path: Path, top: int = 12) -> dict[str, Any]:
         role = by_role[_role(pid, cmdline, contender_pids)]
         role["samples"] += count
         role["pids"].add(pid)
-        functions = [_function(frame) for frame in frames]
+        functions = [_function(frame) for frame in frames if frame.strip()]
         if functions:
             role["self"][functions[-1]] += count
         for function in {_function(frame) for frame in frames if "tierload/" in frame}:

@@ -10,7 +10,7 @@
 
 Every contender runs in its own process; the harness samples the RSS of its whole process
 tree (:class:`tierload.bench.run.TreeMemory`). With ``profile``, tierload's contender runs
-once more for one epoch under ``py-spy record --subprocesses`` (see
+once more for one epoch with py-spy on every Python process of its tree (see
 :mod:`tierload.bench.small.profile`).
 """
 
@@ -85,15 +85,21 @@ class SmallOptions:
         return cls(workload=workload, count=2000, classes=20, epochs=2, startup_keys=5000, memory_keys=5000)
 
 
-def run_child(command: list[str], log_path: Path, timeout_s: float) -> dict[str, Any]:
-    """Run a ``python -m MODULE ... RESULT_JSON`` child (the result path last) and measure its tree."""
+def run_child(command: list[str], log_path: Path, timeout_s: float, profile_to: Path | None = None) -> dict[str, Any]:
+    """Run a ``python -m MODULE ... RESULT_JSON`` child (the result path last) and measure its tree
+    (and profile it into ``profile_to`` when given, see :class:`tierload.bench.small.profile.TreeProfiler`)."""
+    from contextlib import nullcontext
+
+    from tierload.bench.small.profile import TreeProfiler
+
     result_path = Path(command[-1])
     result_path.unlink(missing_ok=True)
     started = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as output:
         proc = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=_child_env(), cwd=str(log_path.parent))
-        with TreeMemory(proc.pid) as memory:
+        profiler = TreeProfiler(proc.pid, profile_to) if profile_to is not None else nullcontext()
+        with profiler, TreeMemory(proc.pid) as memory:
             try:
                 proc.wait(timeout=timeout_s)
                 timed_out = False
@@ -126,12 +132,8 @@ class _Runner:
         setup = {**setup, "workdir": str(workdir)}
         Path(f"{stem}.setup.json").write_text(json.dumps(setup), encoding="utf-8")
         command = [sys.executable, "-m", module, name, f"{stem}.setup.json", f"{stem}.result.json"]
-        if profile_to is not None:
-            from tierload.bench.small.profile import py_spy_command
-
-            command = py_spy_command(profile_to) + command
         self.echo(f"{name}{' (profiled)' if profile_to else ''}: running (log {stem}.log)")
-        result = run_child(command, Path(f"{stem}.log"), self.timeout_s)
+        result = run_child(command, Path(f"{stem}.log"), self.timeout_s, profile_to)
         shutil.rmtree(workdir, ignore_errors=True)
         if not result.get("ok"):
             self.echo(f"{name}: failed: {result.get('error')}")
