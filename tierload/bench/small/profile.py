@@ -6,9 +6,13 @@ attaches one ``py-spy record --pid PID --nonblocking`` to each Python process th
 the training process, its DataLoader workers, and Ray's workers (``ray::...``, where
 tierload's node cache actor runs). When they have exited it merges their "raw" collapsed
 stacks into one file, each line prefixed ``process PID:"CMDLINE";`` (py-spy's own
-``--subprocesses`` format), idle threads left out. :func:`summarise` groups the samples by
-process role and lists the functions with the most samples: any function on-CPU at the
-leaf (self), and tierload's own functions anywhere on the stack (inclusive).
+``--subprocesses`` format). A sample is one thread's stack at one instant; threads py-spy sees
+as idle are left out, but a thread blocked on a Python lock (``Condition.__enter__``,
+``Condition.wait``) usually is not, so the shares are of non-idle thread samples, not of CPU
+time, and a role with many threads can hold more samples than its wall time.
+:func:`summarise` groups the samples by process role and lists the functions with the most
+samples: any function at the leaf (self), and tierload's own functions anywhere on the
+stack (inclusive).
 """
 
 from __future__ import annotations
@@ -175,7 +179,8 @@ def summarise(path: Path, top: int = 12) -> dict[str, Any]:
 
 def text(summary: dict[str, Any], roles: int = 3, top: int = 10) -> str:
     """The summary as lines: per role its share of CPU samples, then its top functions."""
-    lines = [f"py-spy, {summary.get('rate_hz')} Hz, {summary.get('total_samples', 0)} on-CPU samples"]
+    lines = [f"py-spy, {summary.get('rate_hz')} Hz per process, {summary.get('total_samples', 0)} non-idle thread "
+             "samples (threads blocked on a lock count)"]
     for name, role in list(summary.get("roles", {}).items())[:roles]:
         lines.append(f"  {name}: {role['share']:.0%} of samples ({role['processes']} process(es))")
         lines.append("    self:      " + "; ".join(f"{f} {s:.0%}" for f, _, s in role["self"][:top]))
