@@ -21,7 +21,7 @@ from tierload.simulator.oracle import next_use
 def _brute_force_min(trace: list[int], capacity: int) -> int:
     """Most hits any cache of ``capacity`` unit blocks gets on ``trace`` (exhaustive search)."""
     best = 0
-    stack = [(0, frozenset(), 0)]
+    stack: list[tuple[int, frozenset[int], int]] = [(0, frozenset(), 0)]
     while stack:
         i, cache, hits = stack.pop()
         if i == len(trace):

@@ -44,8 +44,9 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
 @click.command()
 @click.option("--workload", "workload_name", type=click.Choice(["default", "small-files", "small-s3", "startup"]),
               default="default", show_default=True,
-              help="default: the contenders on 4,000 JPEGs (below). small-files: 200,000 x 1 KiB files, plain DataLoader vs tierload. small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) "
-              "with the rig's own ceiling. startup: a synthetic 1,281,167-key listing through start-up, and "
+              help="default: the contenders on 4,000 JPEGs (below). small-files: 200,000 x 1 KiB files, plain "
+              "DataLoader vs tierload. small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) with the "
+              "rig's own ceiling. startup: a synthetic 1,281,167-key listing through start-up, and "
               "worker memory at 2 M keys. With --quick, a 2,000-object smoke variant of each.")
 @click.option("--object-bytes", type=click.IntRange(0), help="small-files/small-s3: bytes per object "
               "[1024; small-s3: 4096].")
