@@ -21,7 +21,7 @@ from tierload.simulator.oracle import next_use
 def _brute_force_min(trace: list[int], capacity: int) -> int:
     """Most hits any cache of ``capacity`` unit blocks gets on ``trace`` (exhaustive search)."""
     best = 0
-    stack = [(0, frozenset(), 0)]
+    stack: list[tuple[int, frozenset[int], int]] = [(0, frozenset(), 0)]
     while stack:
         i, cache, hits = stack.pop()
         if i == len(trace):
@@ -131,3 +131,102 @@ def test_report_table_and_targets():
     text = report.table(result)
     assert any(line.startswith("litdata") and "not run: no peers' environment" in line for line in text.splitlines())
     assert "MIN" in text and "40.0%" in text
+
+
+# ------------------------------------------------------------------ the emulated S3's own buckets
+@pytest.fixture(scope="module")
+def own_buckets(s3, tmp_path_factory):
+    """The proxy serving a stored bucket (varied sizes, a zero-byte object) and a synthetic one."""
+    from tierload.bench.own_buckets import write_stored_bucket
+
+    bodies = {f"data/{i % 3}/{i:03d}.bin": bytes([i]) * (i * 37) for i in range(12)}
+    directory = write_stored_bucket(tmp_path_factory.mktemp("stored"), bodies.items())
+    buckets = {"stored": f"stored:{directory}", "synthetic": "synthetic:2345:100:7:train"}
+    with EmulatedS3(s3.endpoint_url, LinkSettings(latency_ms=0, connection_mb_s=0, total_mb_s=0), buckets) as proxy:
+        yield s3, proxy, bodies
+
+
+def _client(s3, endpoint_url):
+    import botocore.session
+
+    return botocore.session.get_session().create_client(
+        "s3", endpoint_url=endpoint_url, region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+
+
+def test_own_bucket_get_head_range_and_missing(own_buckets):
+    import hashlib
+
+    from botocore.exceptions import ClientError
+
+    s3, proxy, bodies = own_buckets
+    client = _client(s3, proxy.endpoint_url)
+    key, body = "data/2/005.bin", bodies["data/2/005.bin"]
+    got = client.get_object(Bucket="stored", Key=key)
+    assert got["Body"].read() == body and got["ContentLength"] == len(body)
+    assert got["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+    assert client.head_object(Bucket="stored", Key=key)["ContentLength"] == len(body)
+    part = client.get_object(Bucket="stored", Key=key, Range="bytes=10-19")
+    assert part["Body"].read() == body[10:20] and part["ContentRange"] == f"bytes 10-19/{len(body)}"
+    assert client.get_object(Bucket="stored", Key=key, Range="bytes=-7")["Body"].read() == body[-7:]
+    assert client.get_object(Bucket="stored", Key="data/0/000.bin")["Body"].read() == b""  # zero bytes
+    for call, code in ((lambda: client.get_object(Bucket="stored", Key="data/nope"), "NoSuchKey"),
+                       (lambda: client.head_object(Bucket="stored", Key="data/nope"), "404"),
+                       (lambda: client.get_object(Bucket="stored", Key=key, IfMatch='"0"'), "PreconditionFailed"),
+                       (lambda: client.get_object(Bucket="stored", Key=key, Range="bytes=9999-"), "InvalidRange")):
+        with pytest.raises(ClientError) as caught:
+            call()
+        assert caught.value.response["Error"]["Code"] == code
+    assert client.get_object(Bucket="stored", Key=key, IfMatch=got["ETag"])["Body"].read() == body
+
+
+def test_own_bucket_lists_like_s3(own_buckets):
+    s3, proxy, bodies = own_buckets
+    client = _client(s3, proxy.endpoint_url)
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket="stored", Prefix="data/", PaginationConfig={
+        "PageSize": 5})
+    listed = [(o["Key"], o["Size"]) for page in pages for o in page.get("Contents", [])]
+    assert listed == sorted((key, len(body)) for key, body in bodies.items())
+    folders = client.list_objects_v2(Bucket="stored", Prefix="data/", Delimiter="/")
+    assert [p["Prefix"] for p in folders["CommonPrefixes"]] == ["data/0/", "data/1/", "data/2/"]
+    after = client.list_objects_v2(Bucket="stored", StartAfter="data/1/")
+    assert after["Contents"][0]["Key"] == "data/1/001.bin"
+    fs = _fs(s3, proxy.endpoint_url)
+    synthetic = fs.find("synthetic/train", detail=True)
+    assert len(synthetic) == 2345 and list(synthetic) == sorted(synthetic)
+    first = next(iter(synthetic))
+    assert len(fs.cat_file(first)) == 100 and synthetic[first]["ETag"] == fs.info(first)["ETag"]
+    counters = proxy.counters()
+    assert counters["list_requests"] >= 3 + 3 and counters["get_requests"] >= 1
+
+
+def test_rig_ceiling_probe_gets_every_object(own_buckets):
+    from tierload.bench.probe import measure_unsigned
+
+    s3, proxy, bodies = own_buckets
+    result = measure_unsigned(proxy.endpoint_url, "stored", sorted(bodies), concurrency=4, seconds=60)
+    assert result.objects == len(bodies) and result.bytes == sum(len(b) for b in bodies.values())
+
+
+# ----------------------------------------------------------------- smoke runs of the small workloads
+@pytest.mark.parametrize("workload", ["small-files", "small-s3", "startup"])
+def test_small_workload_smoke(workload, tmp_path):
+    """A 2,000-object variant of each small-object workload runs end to end and reports its targets."""
+    import dataclasses
+
+    from tierload.bench.small import report
+    from tierload.bench.small.run import SmallOptions, run_small
+
+    options = dataclasses.replace(SmallOptions.smoke(workload), cache_dir=str(tmp_path / "data"),
+                                  size=4096 if workload == "small-s3" else 1024)
+    result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=300)
+    paths = report.write(result, tmp_path / "out")
+    runs = [result.get("startup"), result.get("worker_memory"), *result.get("contenders", {}).values()]
+    assert all(run["ok"] for run in runs if run is not None), [run.get("error") for run in runs if run]
+    for run in result.get("contenders", {}).values():
+        assert [row["samples"] for row in run["epochs"]] == [options.count] * options.epochs
+    if workload == "small-s3":
+        assert result["ceiling"]["objects"] == options.count
+    if workload == "startup":
+        assert result["startup"]["keys"] == options.startup_keys and not result["startup"]["steps_not_seen"]
+        assert {r["epoch"] for r in result["worker_memory"]["reports"]} == {0, 1}
+    assert {check["target"] for check in result["targets"]} and paths["txt"].read_text()

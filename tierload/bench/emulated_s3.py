@@ -12,7 +12,11 @@ shapes every response:
 * **total bandwidth**: all response bodies together share ``total_mb_s`` (a FIFO token
   timeline, 64 KiB chunks, a 10 ms burst allowance).
 
-Uploads (PUT bodies) pass unshaped: the benchmark times reads. The proxy counts what it
+Uploads (PUT bodies) pass unshaped: the benchmark times reads. Buckets named with
+``--bucket NAME=SPEC`` are answered by the proxy itself from its own copy (a stored or a
+synthetic bucket, see :mod:`tierload.bench.own_buckets` and :mod:`tierload.bench.s3_answers`),
+with the same latency, bandwidth and counters, so small-object workloads are not limited by
+moto's few hundred GETs per second; every other bucket goes to moto. The proxy counts what it
 serves, so every contender's S3 traffic is measured the same way: object GETs and their
 body bytes, LISTs, HEADs, PUTs. ``GET /__bench__/counters`` returns them as JSON.
 
@@ -41,7 +45,10 @@ import time
 import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass
+from typing import IO
 
+from tierload.bench.own_buckets import OwnBucket, parse_spec
+from tierload.bench.s3_answers import answer as s3_answer
 from tierload.s3local import stop_child
 
 CHUNK_BYTES = 64 * 1024
@@ -103,13 +110,52 @@ def _is_object_path(path: str) -> bool:
     return len(parts) == 2 and parts[1] != ""
 
 
-def _make_app(upstream: str, link: LinkSettings):
+def _split_bucket(path: str) -> tuple[str, str]:
+    bucket, _, key = path.lstrip("/").partition("/")
+    return bucket, key
+
+
+class _OwnServer:
+    """Answers the buckets the proxy serves itself, shaped and counted like proxied ones."""
+
+    def __init__(self, buckets: dict[str, OwnBucket], link: LinkSettings, counters: Counter, total: _Pacer) -> None:
+        self.buckets, self.link, self.counters, self.total = buckets, link, counters, total
+
+    async def respond(self, request, bucket_name: str, key: str, arrived: float):
+        from aiohttp import web
+
+        reply = s3_answer(self.buckets[bucket_name], bucket_name, key, request.method, request.headers,
+                          request.query)
+        self.counters[f"{reply.kind}_requests"] += 1
+        if reply.status >= 400:
+            self.counters[f"{reply.kind}_errors"] += 1
+        wait = self.link.latency_ms / 1000.0 - (time.monotonic() - arrived)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        body = reply.body or b""
+        self.counters[f"{reply.kind}_bytes"] += len(body)
+        if not (self.link.connection_mb_s or self.link.total_mb_s) or not body:
+            return web.Response(status=reply.status, headers=reply.headers, body=reply.body)
+        response = web.StreamResponse(status=reply.status, headers={**reply.headers, "Content-Length": str(len(body))})
+        await response.prepare(request)
+        connection = _Pacer(self.link.connection_mb_s * 1e6)
+        for start in range(0, len(body), CHUNK_BYTES):
+            chunk = body[start:start + CHUNK_BYTES]
+            await connection.take(len(chunk))
+            await self.total.take(len(chunk))
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+
+def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | None = None):
     import aiohttp
     from aiohttp import web
 
     counters: Counter = Counter()
     total = _Pacer(link.total_mb_s * 1e6)
     state: dict = {}
+    own_server = _OwnServer(own or {}, link, counters, total)
 
     async def on_startup(app) -> None:
         state["session"] = aiohttp.ClientSession(
@@ -128,6 +174,9 @@ def _make_app(upstream: str, link: LinkSettings):
         if request.path.startswith(CONTROL_PREFIX):
             return await control(request)
         arrived = time.monotonic()
+        bucket_name, key = _split_bucket(request.path)
+        if bucket_name in own_server.buckets:
+            return await own_server.respond(request, bucket_name, key, arrived)
         body = await request.read() if request.can_read_body else None
         method = request.method
         is_get = method == "GET" and _is_object_path(request.path)
@@ -163,14 +212,16 @@ def _make_app(upstream: str, link: LinkSettings):
     return app
 
 
-async def _serve(upstream: str, link: LinkSettings, port: int) -> None:
+async def _serve(upstream: str, link: LinkSettings, port: int, own: dict[str, OwnBucket]) -> None:
     from aiohttp import web
 
-    runner = web.AppRunner(_make_app(upstream.rstrip("/"), link), access_log=None, handle_signals=False)
+    runner = web.AppRunner(_make_app(upstream.rstrip("/"), link, own), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]
+    server = site._server
+    assert server is not None and hasattr(server, "sockets")  # started above
+    bound = server.sockets[0].getsockname()[1]
     print(bound, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -186,9 +237,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-ms", type=float, default=LinkSettings.latency_ms)
     parser.add_argument("--connection-mb-s", type=float, default=LinkSettings.connection_mb_s)
     parser.add_argument("--total-mb-s", type=float, default=LinkSettings.total_mb_s)
+    parser.add_argument("--bucket", action="append", default=[], metavar="NAME=SPEC",
+                        help="a bucket served by the proxy itself (see tierload.bench.own_buckets)")
     args = parser.parse_args(argv)
     link = LinkSettings(args.latency_ms, args.connection_mb_s, args.total_mb_s)
-    asyncio.run(_serve(args.upstream, link, args.port))
+    own = dict(parse_spec(spec) for spec in args.bucket)
+    asyncio.run(_serve(args.upstream, link, args.port, own))
 
 
 # --------------------------------------------------------------------------- the client side
@@ -205,14 +259,18 @@ class EmulatedS3:
     Args:
         upstream_url: The real (local) S3 endpoint, e.g. ``LocalS3().endpoint_url``.
         link: Latency and bandwidth to emulate.
+        own_buckets: Buckets the proxy answers itself: ``{name: spec}``, the spec as
+            :func:`tierload.bench.own_buckets.parse_spec` reads it (after ``NAME=``).
     """
 
-    def __init__(self, upstream_url: str, link: LinkSettings = LinkSettings()) -> None:
+    def __init__(self, upstream_url: str, link: LinkSettings = LinkSettings(),
+                 own_buckets: dict[str, str] | None = None) -> None:
         self.upstream_url = upstream_url
         self.link = link
+        self.own_buckets = dict(own_buckets or {})
         self.port = 0
         self._proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._stderr: IO[str] | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -225,17 +283,18 @@ class EmulatedS3:
             RuntimeError: The proxy did not start (its stderr is in the message).
         """
         link = self.link
-        self._stderr = tempfile.TemporaryFile(mode="w+")
-        self._proc = subprocess.Popen(
+        stderr = self._stderr = tempfile.TemporaryFile(mode="w+")
+        proc = self._proc = subprocess.Popen(
             [sys.executable, "-m", "tierload.bench.emulated_s3", "--upstream", self.upstream_url,
              "--latency-ms", str(link.latency_ms), "--connection-mb-s", str(link.connection_mb_s),
-             "--total-mb-s", str(link.total_mb_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
-        line = self._proc.stdout.readline().strip()
+             "--total-mb-s", str(link.total_mb_s),
+             *[f"--bucket={name}={spec}" for name, spec in self.own_buckets.items()]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        line = proc.stdout.readline().strip() if proc.stdout is not None else ""
         if not line.isdigit():
-            self._proc.wait(timeout=10)
-            self._stderr.seek(0)
-            error = self._stderr.read()
+            proc.wait(timeout=10)
+            stderr.seek(0)
+            error = stderr.read()
             self.stop()
             raise RuntimeError(f"the emulated S3 proxy did not start: {error.strip()[-2000:]}")
         self.port = int(line)

@@ -1,8 +1,9 @@
 """How fast an S3 endpoint serves GETs: the raw server, or the emulated link in front of it.
 
 Plain HTTP GETs of presigned URLs (signed up front, so no SDK runs while the clock does),
-``concurrency`` at a time, over the dataset's objects, for at most ``seconds``. Used to print the link bound of a benchmark:
-the lower of the configured cap and what the server can serve here.
+``concurrency`` at a time, over the dataset's objects, for at most ``seconds``. Used to print
+the link bound of a benchmark: the lower of the configured cap and what the server can serve
+here; and (:func:`measure_unsigned`) the ceiling of the emulated S3's own buckets.
 """
 
 from __future__ import annotations
@@ -64,6 +65,20 @@ async def _probe(urls: list[str], concurrency: int, seconds: float) -> Throughpu
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
     return Throughput(done[0], done[1], time.monotonic() - start, concurrency)
+
+
+def measure_unsigned(endpoint_url: str, bucket: str, keys: list[str], concurrency: int = 256,
+                     seconds: float = 60.0) -> Throughput:
+    """GET ``keys`` as plain unsigned URLs (for buckets the emulated S3 serves itself, which
+    need no signature): a client with no SDK cost, so the result is the server's own ceiling.
+
+    Raises:
+        aiohttp.ClientResponseError: A GET failed.
+    """
+    from urllib.parse import quote
+
+    base = f"{endpoint_url.rstrip('/')}/{bucket}/"
+    return asyncio.run(_probe([base + quote(key) for key in keys], concurrency, seconds))
 
 
 def measure(endpoint_url: str, bucket: str, keys: list[str], credentials: dict, concurrency: int = 16,

@@ -19,7 +19,41 @@ def _names(value: str | None) -> tuple[str, ...] | None:
     return names
 
 
+def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
+    """One small-object workload of issue 11 (``--workload small-files|small-s3|startup``)."""
+    import dataclasses
+
+    from tierload.bench.small import report as small_report
+    from tierload.bench.small.run import SmallOptions, run_small
+
+    base = SmallOptions.smoke(workload) if quick else SmallOptions(workload=workload)
+    try:
+        options = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    result = run_small(options, Path(out_dir), echo=lambda line: click.echo(f"bench: {line}", err=True))
+    paths = small_report.write(result, Path(out_dir))
+    click.echo(small_report.table(result))
+    click.echo(f"\nwrote {paths['json']} and {paths['txt']} in {result['wall_s']:.0f} s")
+    runs = [result.get("startup"), result.get("worker_memory"), *result.get("contenders", {}).values()]
+    broken = [run.get("error") for run in runs if run is not None and not run.get("ok")]
+    if broken:
+        raise click.ClickException(f"{len(broken)} run(s) failed: {broken[0]} (details in {paths['json']})")
+
+
 @click.command()
+@click.option("--workload", "workload_name", type=click.Choice(["default", "small-files", "small-s3", "startup"]),
+              default="default", show_default=True,
+              help="default: the contenders on 4,000 JPEGs (below). small-files: 200,000 x 1 KiB files, plain "
+              "DataLoader vs tierload. small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) with the "
+              "rig's own ceiling. startup: a synthetic 1,281,167-key listing through start-up, and "
+              "worker memory at 2 M keys. With --quick, a 2,000-object smoke variant of each.")
+@click.option("--object-bytes", type=click.IntRange(0), help="small-files/small-s3: bytes per object "
+              "[1024; small-s3: 4096].")
+@click.option("--startup-keys", type=click.IntRange(1), help="startup: keys of the listing [1281167].")
+@click.option("--memory-keys", type=click.IntRange(0), help="startup: keys of the worker-memory walk "
+              "(0: skip) [2000000].")
+@click.option("--profile", is_flag=True, help="small-files/small-s3: also profile tierload's epoch 1 with py-spy.")
 @click.option("--quick", is_flag=True, help="CI smoke run: 384 x 64 KiB, 2 epochs, 2 workers, "
               "s3fs/simplecache/tierload/ram, 1 run (< 3 min on 2 cores; asserts nothing about speed).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
@@ -46,9 +80,20 @@ def _names(value: str | None) -> tuple[str, ...] | None:
               help="Interpreter of the peers' environment [benchmarks/.venv-peers/bin/python].")
 def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None, samples, sample_kib, epochs,
           hot_fraction, batch_size, num_workers, step_ms, latency_ms, connection_mb_s, total_mb_s,
-          peers_python) -> None:
-    """Benchmark tierload against s3fs, simplecache, Streaming, LitData and all-in-RAM on an emulated S3."""
+          peers_python, workload_name: str, object_bytes, startup_keys, memory_keys, profile: bool) -> None:
+    """Benchmark tierload against s3fs, simplecache, Streaming, LitData and all-in-RAM on an emulated S3,
+    or run one of the small-object workloads (--workload)."""
     import dataclasses
+
+    if workload_name != "default":
+        small_s3 = workload_name == "small-s3"
+        size = object_bytes if object_bytes is not None else (4096 if small_s3 else None)
+        count = samples if samples is not None else (100_000 if small_s3 and not quick else None)
+        _run_small(workload_name, quick, out_dir, {
+            "count": count, "size": size, "epochs": epochs, "batch_size": batch_size, "num_workers": num_workers,
+            "latency_ms": latency_ms, "startup_keys": startup_keys, "memory_keys": memory_keys,
+            "profile": profile or None})
+        return
 
     from tierload.bench import report as bench_report
     from tierload.bench.emulated_s3 import LinkSettings

@@ -1,0 +1,75 @@
+"""The small-object datasets, generated once and cached (issue 11, item 5).
+
+* :func:`files_tree`: ``count`` files of ``size`` random bytes in ``classes`` class folders
+  (``<root>/<class:04d>/<n:08d>.bin``) on local disk, read as a ``file://`` cold tier.
+* :func:`stored_bucket`: the same objects as a stored bucket the emulated S3 serves itself
+  (see :mod:`tierload.bench.own_buckets`), keys ``<prefix>/<class:04d>/<n:08d>.bin``.
+
+Object ``n`` is in class ``n % classes``; its bytes come from a seeded generator, so both are
+reproducible. A tree is complete once the marker file beside it exists, a bucket once its index does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from tierload.bench.own_buckets import is_stored_bucket, write_stored_bucket
+
+DEFAULT_CACHE = Path("~/.cache/tierload/bench")
+_MARKER = ".complete"
+_CHUNK = 4096
+
+
+def cache_root(cache_dir: str | os.PathLike | None) -> Path:
+    """Where generated data is kept (default ``~/.cache/tierload/bench``)."""
+    return Path(cache_dir or DEFAULT_CACHE).expanduser()
+
+
+def _bodies(count: int, size: int, seed: int) -> Iterator[bytes]:
+    for start in range(0, count, _CHUNK):
+        rows = min(_CHUNK, count - start)
+        block = np.random.default_rng([seed, start]).integers(0, 256, (rows, size), dtype=np.uint8)
+        yield from (row.tobytes() for row in block)
+
+
+def relative_key(n: int, classes: int) -> str:
+    """``<class:04d>/<n:08d>.bin``: where object ``n`` lives below the dataset prefix."""
+    return f"{n % classes:04d}/{n:08d}.bin"
+
+
+def files_tree(count: int, size: int, classes: int, cache_dir: str | os.PathLike | None = None,
+               seed: int = 0) -> Path:
+    """The ``file://`` dataset's root directory, written on first use.
+
+    Args:
+        count: Files.
+        size: Bytes per file.
+        classes: Class folders (file ``n`` goes to folder ``n % classes``).
+        cache_dir: Parent of the tree (default ``~/.cache/tierload/bench``).
+        seed: Seed of the bytes.
+    """
+    root = cache_root(cache_dir) / f"small-files-{count}x{size}-c{classes}-s{seed}"
+    marker = root.with_name(root.name + _MARKER)  # beside the tree: inside it would be listed as a sample
+    if marker.exists():
+        return root
+    for cls in range(classes):
+        (root / f"{cls:04d}").mkdir(parents=True, exist_ok=True)
+    for n, body in enumerate(_bodies(count, size, seed)):
+        with open(root / relative_key(n, classes), "wb") as out:
+            out.write(body)
+    marker.write_text("", encoding="utf-8")
+    return root
+
+
+def stored_bucket(count: int, size: int, classes: int, prefix: str, cache_dir: str | os.PathLike | None = None,
+                  seed: int = 0) -> Path:
+    """A stored bucket of the objects (keys ``<prefix>/<class>/<n>.bin``), written on first use."""
+    directory = cache_root(cache_dir) / f"small-s3-{count}x{size}-c{classes}-s{seed}-{prefix}"
+    if not is_stored_bucket(directory):
+        pairs = ((f"{prefix}/{relative_key(n, classes)}", body) for n, body in enumerate(_bodies(count, size, seed)))
+        write_stored_bucket(directory, pairs)
+    return directory
