@@ -39,23 +39,26 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         if later is not None:
             add("tierload (warm off) epochs 2+ S3 bytes / dataset bytes", later / dataset_bytes, "<= 0.75",
                 later / dataset_bytes <= 0.75, f"{later / 1e6:.1f} of {dataset_bytes / 1e6:.1f} MB per epoch")
-            peers = {n: _later(e["epochs"], "samples_per_s") for n, e in found.items() if n in PEERS}
-            peers = {n: v for n, v in peers.items() if v}
-            if peers:
-                best = max(peers, key=peers.get)
-                ratio = _later(rows, "samples_per_s") / peers[best]
+            peers = {n: v for n, e in found.items() if n in PEERS and (v := _later(e["epochs"], "samples_per_s"))}
+            own = _later(rows, "samples_per_s")
+            if peers and own is not None:
+                best = max(peers, key=lambda name: peers[name])
+                ratio = own / peers[best]
                 add("tierload (warm off) epochs 2+ samples/s / best peer", ratio, ">= 1.5", ratio >= 1.5,
                     f"best peer {best} at {peers[best]:.1f} samples/s")
     warm, ram = found.get("tierload-warm"), found.get("ram")
     if warm and len(warm["epochs"]) > 1:
-        later = _later(warm["epochs"], "s3_bytes")
-        add("tierload-warm epochs 2+ S3 bytes", later, "== 0", later == 0, f"{later / 1e6:.2f} MB per epoch")
-        stall = _later(warm["epochs"], "stall_fraction")
+        # Two or more epochs: every _later() below is a number.
+        s3_later = float(_later(warm["epochs"], "s3_bytes") or 0.0)
+        add("tierload-warm epochs 2+ S3 bytes", s3_later, "== 0", s3_later == 0, f"{s3_later / 1e6:.2f} MB per epoch")
+        stall = float(_later(warm["epochs"], "stall_fraction") or 0.0)
         add("tierload-warm epochs 2+ stall fraction", stall, "< 0.05", stall < 0.05, f"{stall:.1%}")
-        if ram:
-            ratio = _later(warm["epochs"], "samples_per_s") / _later(ram["epochs"], "samples_per_s")
+        warm_rate = _later(warm["epochs"], "samples_per_s")
+        ram_rate = _later(ram["epochs"], "samples_per_s") if ram else None
+        if warm_rate is not None and ram_rate:
+            ratio = warm_rate / ram_rate
             add("tierload-warm epochs 2+ samples/s / all-in-RAM", ratio, ">= 0.8", ratio >= 0.8,
-                f"RAM bound {_later(ram['epochs'], 'samples_per_s'):.1f} samples/s")
+                f"RAM bound {ram_rate:.1f} samples/s")
     return checks
 
 
@@ -109,7 +112,8 @@ def table(report: dict[str, Any]) -> str:
         if r[1] == "-":
             lines.append(f"{r[0]:<{widths[0]}}  {r[2]}")
             continue
-        lines.append("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(r, widths))))
+        cells = enumerate(zip(r, widths, strict=True))
+        lines.append("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in cells))
     lines += ["", "hit(B): share of the epoch's sample bytes not read from S3 during it; hot hit: tierload's own "
               "counter (accesses served by the hot tier); MIN: Belady's MIN hit ratio on tierload's block trace "
               "at the hot capacity; peak RSS: the contender's whole process tree (loader workers, Ray)."]

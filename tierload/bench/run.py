@@ -271,7 +271,8 @@ def _median_epochs(runs: list[dict]) -> list[dict[str, Any]]:
         values = [run["epochs"][index] for run in runs]
         row: dict[str, Any] = {"epoch": index}
         for name in values[0]:
-            numbers = [v[name] for v in values if isinstance(v.get(name), (int, float)) and not isinstance(v[name], bool)]
+            numbers = [v[name] for v in values
+                       if isinstance(v.get(name), (int, float)) and not isinstance(v[name], bool)]
             if name != "epoch" and len(numbers) == len(values):
                 row[name] = statistics.median(numbers)
         rows.append(row)
@@ -285,7 +286,7 @@ def _summarise(info: ContenderInfo, runs: list[dict], conversion: dict | None) -
     if not ok:
         entry["status"] = "failed"
         entry["reason"] = runs[0].get("error", "no run") if runs else "no run"
-        partial = [run.get("finished_epochs") for run in runs if run.get("finished_epochs")]
+        partial: list[list] = [run["finished_epochs"] for run in runs if run.get("finished_epochs")]
         if partial:
             entry["partial_epochs"] = partial[0]
             entry["reason"] = f"after {len(partial[0])} epoch(s): {entry['reason']}"

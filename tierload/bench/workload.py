@@ -134,7 +134,7 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _encode(digit: np.ndarray, label: int, side: int, rng: np.random.Generator) -> bytes:
-    gray = np.asarray(Image.fromarray(digit).resize((side, side), Image.BILINEAR), dtype=np.int16)
+    gray = np.asarray(Image.fromarray(digit).resize((side, side), Image.Resampling.BILINEAR), dtype=np.int16)
     tint = (label * 25) % 256
     rgb = np.stack([gray, (gray * 3) // 4 + tint // 4, 255 - gray], axis=-1)
     rgb += rng.integers(-NOISE, NOISE + 1, rgb.shape, dtype=np.int16)
@@ -223,8 +223,7 @@ def decode_jpeg(data: bytes):
     """JPEG bytes -> uint8 tensor (3, H, W), the way tierload's image layout decodes."""
     import torch
 
-    with Image.open(io.BytesIO(data)) as image:
-        if image.mode != "RGB":
-            image = image.convert("RGB")
+    with Image.open(io.BytesIO(data)) as opened:
+        image = opened if opened.mode == "RGB" else opened.convert("RGB")
         array = np.asarray(image, dtype=np.uint8)
     return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))

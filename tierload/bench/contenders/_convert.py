@@ -30,7 +30,7 @@ def read_sources(ctx: Context, indices: list[int] | None = None, threads: int = 
     indices = list(range(len(dataset.keys))) if indices is None else indices
     paths = [f"{dataset.bucket}/{dataset.keys[i]}" for i in indices]
     with ThreadPoolExecutor(threads) as pool:
-        for index, data in zip(indices, pool.map(fs.cat_file, paths)):
+        for index, data in zip(indices, pool.map(fs.cat_file, paths), strict=True):
             yield data, dataset.labels[index]
 
 
@@ -39,5 +39,5 @@ class DecodedItems:
     (what :func:`read_sources` feeds the converters): yields ``(uint8 (3, H, W) tensor, label)``."""
 
     def __getitem__(self, index):
-        item = super().__getitem__(index)
+        item = super().__getitem__(index)  # type: ignore[misc]  # a mixin: the peer's class is next in the MRO
         return decode_jpeg(item["image"]), int(item["label"])

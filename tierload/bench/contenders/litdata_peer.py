@@ -35,6 +35,7 @@ def _allow_http() -> None:
 
 
 def _fetch(indices: list[int]):
+    assert _CTX is not None, "set by the converting process before optimize() forks"
     for data, label in read_sources(_CTX, indices):
         yield {"image": data, "label": int(label)}
 

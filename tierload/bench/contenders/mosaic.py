@@ -81,7 +81,7 @@ def run(ctx: Context) -> dict:
                       shuffle_seed=workload.seed, shuffle_block_size=shuffle_block_samples(ctx),
                       predownload=predownload_samples(ctx),
                       batch_size=workload.batch_size, cache_limit=ctx.hot_bytes)
-    loader = DataLoader(dataset, batch_size=workload.batch_size, num_workers=workload.num_workers)
+    loader: DataLoader = DataLoader(dataset, batch_size=workload.batch_size, num_workers=workload.num_workers)
     setup_s = time.perf_counter() - started
     epochs = run_epochs(workload, ctx.dataset, ctx.endpoint_url, lambda epoch: loader)
     return {"setup_s": setup_s, "epochs": epochs,

@@ -63,7 +63,7 @@ def run(ctx: Context) -> dict:
         manifest = dataset.manifest
         trace = [manifest.sample_block[dataset.rank_order(epoch)] for epoch in range(workload.epochs)]
         sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)
-        for row, ratio in zip(epochs, min_hit_ratios(trace, sizes, config.hot.capacity_bytes)):
+        for row, ratio in zip(epochs, min_hit_ratios(trace, sizes, config.hot.capacity_bytes), strict=True):
             row["min_hit_ratio"] = ratio
         return {"setup_s": setup_s, "epochs": epochs,
                 "notes": f"hot {config.hot.capacity_bytes / 1e6:.0f} MB, warm "
