@@ -23,7 +23,10 @@ class Faults:
     expired_access_keys: set[str] = field(default_factory=set)  # GETs signed with these: ExpiredToken
     truncate_once: set[str] = field(default_factory=set)        # next GET of these: drop the connection at 50%
     slow_chunk_s: float = 0.0                                    # sleep per 64 KiB chunk of every GET body
+    first_byte_s: float = 0.0                                    # sleep before forwarding every GET
     gets: Counter = field(default_factory=Counter)
+    open_gets: int = 0                                           # GETs being answered now
+    max_open_gets: int = 0                                       # the most GETs ever answered at once
 
 
 class FaultyS3:
@@ -47,6 +50,18 @@ class FaultyS3:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         key = self._object_key(request)
         is_get = request.method == "GET" and "list-type" not in request.query and key and "/" in request.path[1:]
+        if not is_get:
+            return await self._forward(request, key, is_get)
+        self.faults.open_gets += 1  # one event loop: no lock needed
+        self.faults.max_open_gets = max(self.faults.max_open_gets, self.faults.open_gets)
+        try:
+            if self.faults.first_byte_s:
+                await asyncio.sleep(self.faults.first_byte_s)
+            return await self._forward(request, key, is_get)
+        finally:
+            self.faults.open_gets -= 1
+
+    async def _forward(self, request: web.Request, key: str, is_get: bool) -> web.StreamResponse:
         if is_get:
             self.faults.gets[key] += 1
             auth = request.headers.get("Authorization", "")

@@ -52,6 +52,8 @@ class ColdConfig(_Frozen):
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=60.0, gt=0)
     max_attempts: int = Field(default=3, ge=1, le=20)
+    # Requests to the cold tier in flight at once per process (async I/O, not one thread each).
+    max_in_flight: int = Field(default=256, ge=1, le=4096)
     credential_provider: str | None = None
 
     _parse_sizes = field_validator("max_request_bytes", mode="before")(_bytes_field)
@@ -104,7 +106,8 @@ class PrefetchConfig(_Frozen):
 
     depth_blocks: int = Field(default=64, ge=0)
     depth_bytes: int = 256 * 2**20
-    concurrency: int = Field(default=16, ge=1, le=512)
+    # Blocks being fetched at once per node (coroutines on one event loop, not threads).
+    concurrency: int = Field(default=256, ge=1, le=4096)
     # A stream no consumer touched for this long is closed (its pins released); a consumer that
     # comes back reopens it. Long enough for a validation pass or a checkpoint between steps.
     stream_idle_timeout_s: float = Field(default=120.0, gt=0)

@@ -5,12 +5,17 @@ tier, then cold; the block is then placed in the hot tier by policy. A block the
 refuses is staged in memory while a planned access still needs (pins) it. A failed fetch is
 kept for the consumer that waits for it, which raises its error.
 
-No lock of its own: the node cache passes in its condition; fetch threads take it, and the
-other methods are called with it held.
+Each fetch is a coroutine on one event-loop thread, at most ``prefetch.concurrency`` at once:
+cold reads are awaited (:meth:`~tierload.stores.cold.ColdSource.read_async`, hundreds in
+flight without a thread each); peer and warm reads and hot-tier writes, which block, run on a
+small pool. No lock of its own: the node cache passes in its condition. Finished fetches are
+handed back in batches, one acquisition of the condition and one ``notify_all`` per batch;
+the other methods are called with the condition held.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -18,7 +23,7 @@ import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from tierload.blockfile import HEADER_SIZE, decode_frame
 from tierload.blocks import Block
@@ -26,6 +31,7 @@ from tierload.cache.accounting import NodeAccounting
 from tierload.cache.catalog import BlockCatalog
 from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.cache.hot_tier import HotTier
+from tierload.cache.loop_thread import LoopThread
 from tierload.cache.stream import Stream
 from tierload.checksum import checksum
 from tierload.config import TierloadConfig
@@ -36,12 +42,29 @@ from tierload.stores.base import BlockStore
 log = logging.getLogger(__name__)
 
 ACQUIRE_TIMEOUT_S = 600.0
+# Threads for the blocking steps of a fetch (peer and warm reads, hot-tier writes); cold
+# reads, the ones that wait on the network longest, need none.
+BLOCKING_THREADS = 8
 
 
 @dataclass
 class _Fetch:
     stream: Stream | None
     counted: bool
+    block: Block | None
+
+
+@dataclass
+class _Done:
+    """A finished fetch, waiting to be handed back (with the next batch) under the lock."""
+
+    key: str
+    fetch: _Fetch
+    tally: Counter
+    error: BaseException | None = None
+    raw: bytes = b""
+    level: int | None = None
+    source: str = ""
 
 
 @dataclass
@@ -51,7 +74,7 @@ class _FailedFetch:
 
 
 class Fetcher:
-    """Single-flight fetches from peers, warm and cold into the hot tier, on a thread pool.
+    """Single-flight fetches from peers, warm and cold into the hot tier, as coroutines.
 
     Args:
         config: The node cache's configuration (``hot`` and ``prefetch`` sections are read).
@@ -81,7 +104,11 @@ class Fetcher:
         self._inflight: dict[str, _Fetch] = {}
         self._staged: dict[str, bytes] = {}
         self._failed: dict[str, _FailedFetch] = {}
-        self._pool = ThreadPoolExecutor(config.prefetch.concurrency, thread_name_prefix="tierload-fetch")
+        self._loop = LoopThread("tierload-fetch")
+        self._slots = asyncio.Semaphore(config.prefetch.concurrency)  # bound to the loop on first use
+        self._blocking = ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="tierload-fetch-io")
+        self._done: list[_Done] = []  # touched by the loop's thread only
+        self._closed = False
 
     def start(self, warm: BlockStore | None) -> None:
         """Read the warm tier through ``warm`` (opened by the owner) from now on."""
@@ -89,7 +116,9 @@ class Fetcher:
 
     def close(self) -> None:
         """Drop queued fetches (running ones finish in the background)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._closed = True
+        self._loop.stop()
+        self._blocking.shutdown(wait=False)
 
     # --------------------------------------------------- under the node cache's lock
     def busy_with(self, key: str) -> bool:
@@ -99,8 +128,8 @@ class Fetcher:
     def submit(self, key: str, stream: Stream | None, counted: bool) -> None:
         """Start fetching ``key`` for ``stream`` (``counted``: the fetch's source is a hit counter)."""
         self._failed.pop(key, None)
-        self._inflight[key] = _Fetch(stream, counted)
-        self._pool.submit(self._fetch, key)
+        fetch = self._inflight[key] = _Fetch(stream, counted, self._catalog.block(key))
+        self._loop.spawn(self._fetch, key, fetch)
 
     def wait_for(self, key: str, stream: Stream, deadline: float) -> int | bytes:
         """Wait (the lock released meanwhile) until ``key`` is hot or staged; fetch it if nobody does.
@@ -142,41 +171,65 @@ class Fetcher:
         """``inflight`` fetches and ``staged_bytes`` held for consumers."""
         return {"inflight": len(self._inflight), "staged_bytes": sum(len(v) for v in self._staged.values())}
 
-    # -------------------------------------------------------------- fetch threads
-    def _fetch(self, key: str) -> None:
+    # ----------------------------------------------------- on the fetch loop's thread
+    async def _fetch(self, key: str, fetch: _Fetch) -> None:
+        async with self._slots:
+            if self._closed or fetch.block is None:
+                return
+            tally: Counter = Counter()
+            try:
+                raw, digest, source = await self._read_lower_tiers(key, fetch.block, tally)
+                level = await self._blocking_call(self._settle, key, raw, digest, source)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the block
+                if not isinstance(exc, TierloadError):
+                    exc = ServiceError(f"{type(exc).__name__}: {exc}", where=f"prefetch of node {self.node_id}",
+                                       remote_traceback=traceback.format_exc())
+                log.warning("fetch of block %s failed: %s", key, exc)
+                self._finished(_Done(key, fetch, tally, error=exc))
+                return
+            self._finished(_Done(key, fetch, tally, raw=raw, level=level, source=source))
+
+    async def _blocking_call(self, function: Callable, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._blocking, function, *args)
+
+    def _finished(self, done: _Done) -> None:
+        """Queue ``done``; the fetches that finish in the same turn of the loop are handed back together."""
+        self._done.append(done)
+        if len(self._done) == 1:
+            asyncio.get_running_loop().call_soon(self._hand_back)
+
+    def _hand_back(self) -> None:
+        batch, self._done = self._done, []
         with self._cond:
-            fetch = self._inflight.get(key)
-            block = self._catalog.block(key)
-        if fetch is None or block is None:
-            return
-        tally: Counter = Counter()
-        try:
-            raw, digest, source = self._read_lower_tiers(key, block, tally)
-            level = self._place(key, raw, digest, source)
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the block
-            if not isinstance(exc, TierloadError):
-                exc = ServiceError(f"{type(exc).__name__}: {exc}", where=f"prefetch thread of node {self.node_id}",
-                                   remote_traceback=traceback.format_exc())
-            log.warning("fetch of block %s failed: %s", key, exc)
-            with self._cond:
-                self._inflight.pop(key, None)
-                self._failed[key] = _FailedFetch(exc)
-                tally["fetch_errors"] += 1
-                self._accounting.tally(fetch.stream, tally)
-                self._cond.notify_all()
-            return
+            for done in batch:
+                self._complete(done)
+            self._cond.notify_all()
+
+    def _complete(self, done: _Done) -> None:
+        """Record one finished fetch (under the lock): staged, failed or simply no longer in flight."""
+        key, fetch, tally = done.key, done.fetch, done.tally
+        if done.error is not None:
+            self._failed[key] = _FailedFetch(done.error)
+            tally["fetch_errors"] += 1
+        else:
+            if done.level is None and key in self._pins:
+                self._staged[key] = done.raw
+            if fetch.counted:
+                tally[{"warm": "warm_hits", "peer": "peer_hits", "cold": "cold_misses"}[done.source]] += 1
+        self._accounting.tally(fetch.stream, tally)
+        self._inflight.pop(key, None)
+
+    # --------------------------------------------------------------- fetch steps
+    def _settle(self, key: str, raw: bytes, digest: int, source: str) -> int | None:
+        """Place a fetched block (blocking: writes the hot tier); its level, or None if it stays out."""
+        level = self._place(key, raw, digest, source)
         if source == "cold" and self._sync is not None:
             # Offered before the fetch leaves the in-flight table, so whoever waits for the fetch
             # and then syncs (sync_now) is sure the offer travels with that sync.
             self._sync.offer_fetched(key, raw, digest)
-        with self._cond:
-            if level is None and key in self._pins:
-                self._staged[key] = raw
-            if fetch.counted:
-                tally[{"warm": "warm_hits", "peer": "peer_hits", "cold": "cold_misses"}[source]] += 1
-            self._accounting.tally(fetch.stream, tally)
-            self._inflight.pop(key, None)
-            self._cond.notify_all()
+        return level
 
     def _read_from_peer(self, key: str, tally: Counter) -> tuple[bytes, int] | None:
         """The block from another node's hot tier, if one holds it and answers in time."""
@@ -203,31 +256,43 @@ class Fetcher:
             return raw, digest
         return None
 
-    def _read_lower_tiers(self, key: str, block: Block, tally: Counter) -> tuple[bytes, int, str]:
-        """Peer hot tiers first, then warm, then cold: returns ``(raw, checksum, source)``."""
+    def _read_peer_or_warm(self, key: str, tally: Counter) -> tuple[bytes, int, str] | None:
+        """Peer hot tiers first, then warm (blocking): ``(raw, checksum, source)``, or None."""
         from_peer = self._read_from_peer(key, tally)
         if from_peer is not None:
             return from_peer[0], from_peer[1], "peer"
-        if self._warm is not None:
-            try:
-                stored = self._warm.read(key)
-            except KeyError:
-                stored = None
-            except BackendError as exc:
-                log.warning("warm tier read of %s failed (%s); reading cold", key, exc)
-                stored = None
-            if stored is not None:
-                try:
-                    raw, digest = decode_frame(key, stored)
-                    tally["warm_bytes"] += len(stored)
-                    return raw, digest, "warm"
-                except IntegrityError:
-                    log.warning("warm copy of %s failed its checksum; dropped, reading cold", key)
-                    tally["integrity_failures"] += 1
-                    if self._sync is not None:
-                        self._sync.drop_warm(key)
+        if self._warm is None:
+            return None
+        try:
+            stored = self._warm.read(key)
+        except KeyError:
+            return None
+        except BackendError as exc:
+            log.warning("warm tier read of %s failed (%s); reading cold", key, exc)
+            return None
+        try:
+            raw, digest = decode_frame(key, stored)
+        except IntegrityError:
+            log.warning("warm copy of %s failed its checksum; dropped, reading cold", key)
+            tally["integrity_failures"] += 1
+            if self._sync is not None:
+                self._sync.drop_warm(key)
+            return None
+        tally["warm_bytes"] += len(stored)
+        return raw, digest, "warm"
+
+    def _may_be_above_cold(self, key: str) -> bool:
+        has_peers = self._sync is not None and self._peer_call is not None and bool(self._sync.holders_of(key))
+        return has_peers or self._warm is not None
+
+    async def _read_lower_tiers(self, key: str, block: Block, tally: Counter) -> tuple[bytes, int, str]:
+        """Peer hot tiers first, then warm, then cold: returns ``(raw, checksum, source)``."""
+        if self._may_be_above_cold(key):
+            found = await self._blocking_call(self._read_peer_or_warm, key, tally)
+            if found is not None:
+                return found
         source = self._catalog.source_of(key)
-        raw = source.read(block.url, block.version, block.offset, block.length, tally=tally)
+        raw = await source.read_async(block.url, block.version, block.offset, block.length, tally=tally)
         return raw, checksum(raw), "cold"
 
     def _place(self, key: str, raw: bytes, digest: int, source: str) -> int | None:

@@ -3,7 +3,8 @@
 All SDK errors are translated here, in one place, into :mod:`tierload.errors` types.
 Retries: botocore's "standard" mode retries throttling, 5xx and connection errors with
 jittered exponential backoff (bounded by ``cold.max_attempts``); a body that breaks off
-mid-stream is retried here with the same bound. Nothing else is retried.
+mid-stream is retried with the same bound (:mod:`tierload.stores.cold_async`, the engine that
+keeps up to ``cold.max_in_flight`` S3 requests in flight). Nothing else is retried.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import asyncio
 import importlib
 import logging
 import os
-import random
 import threading
-import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +33,14 @@ from tierload.errors import (
     TierloadError,
     TransientBackendError,
 )
+from tierload.stores.cold_async import RangeRequest, S3RangeReader
+
+__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "RangeRequest", "s3_storage_options", "translate_error"]
 
 log = logging.getLogger(__name__)
+
+# Reads of stores without an async client (file://, ...): a few at once is all a disk needs.
+GENERIC_READ_THREADS = 8
 
 _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
                     "ServiceUnavailable", "503", "500", "502", "504"}
@@ -125,6 +132,8 @@ def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[
     config_kwargs.setdefault("connect_timeout", config.connect_timeout_s)
     config_kwargs.setdefault("read_timeout", config.read_timeout_s)
     config_kwargs.setdefault("retries", {"max_attempts": config.max_attempts, "mode": "standard"})
+    # botocore's pool (10 connections by default) would otherwise queue the requests in flight.
+    config_kwargs.setdefault("max_pool_connections", config.max_in_flight)
     options.update(client_kwargs=client_kwargs, config_kwargs=config_kwargs)
     if config.anon:
         options["anon"] = True
@@ -195,10 +204,13 @@ class ColdSource:
         self._pid = -1
         self._credentials_generation = 0
         self._credentials_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = -1
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_fs"], state["_pid"], state["_credentials_lock"] = None, -1, None  # rebuilt per process
+        state["_pool"], state["_pool_pid"] = None, -1
         return state
 
     def __setstate__(self, state):
@@ -217,8 +229,18 @@ class ColdSource:
         credentials = provider()
         return {name: credentials[name] for name in ("key", "secret", "token") if credentials.get(name)}
 
-    def _refresh_credentials(self, generation: int) -> None:
-        """Rebuild the client with fresh credentials, once per expiry however many threads saw it."""
+    @property
+    def credentials_generation(self) -> int:
+        """How many times this process rebuilt its client with fresh credentials."""
+        return self._credentials_generation
+
+    def refresh_credentials(self, generation: int) -> None:
+        """Rebuild the client with fresh credentials, once per expiry however many readers saw it.
+
+        Args:
+            generation: :attr:`credentials_generation` when the failed request was sent; a
+                reader that saw an expiry already handled by another does nothing.
+        """
         with self._credentials_lock:
             if self._credentials_generation == generation:
                 log.warning("cold tier credentials expired; asking %s for new ones", self.config.credential_provider)
@@ -305,10 +327,91 @@ class ColdSource:
         """
         if length is None:
             length = self.head(url).size - offset
+        return self.read_ranges([(url, version, offset, length)], tally)[0]
+
+    def read_ranges(self, requests: Sequence[RangeRequest], tally: dict | None = None) -> list[bytes]:
+        """Read many ranges at once, each checked like :meth:`read`; blocks until all are in.
+
+        On S3 every range is a coroutine on s3fs's event loop (at most ``cold.max_in_flight``
+        requests in flight per process); other stores read on a small thread pool.
+
+        Args:
+            requests: ``(url, version, offset, length)`` each (``length`` in bytes, not None).
+            tally: If given, its ``cold_gets`` and ``cold_bytes`` are increased by what the
+                reads cost.
+
+        Returns:
+            The bytes of each request, in request order.
+
+        Raises:
+            SourceChangedError: An object's version differs from the one requested.
+            SourceNotFoundError, EndpointUnreachableError, BackendError, TransientBackendError:
+                the first failure in request order (the other reads are then abandoned).
+        """
         tally = {} if tally is None else tally
+        if not requests:
+            return []
         if self.protocol in ("s3", "s3a"):
-            return self._read_s3(url, version, offset, length, tally)
-        return self._read_generic(url, version, offset, length, tally)
+            from fsspec.asyn import sync
+
+            fs = self.fs
+            return sync(fs.loop, self._s3_reader.read_ranges, requests, tally)
+        if len(requests) == 1:
+            return self._read_generic_all(requests, tally)
+        # Each thread counts into its own tally (a shared dict's += would lose counts).
+        tallies: list[dict] = [{} for _ in requests]
+        futures = [self._generic_pool.submit(self._read_generic_all, [request], own)
+                   for request, own in zip(requests, tallies, strict=True)]
+        try:
+            return [future.result()[0] for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            for own in tallies:
+                for name, value in own.items():
+                    tally[name] = tally.get(name, 0) + value
+
+    async def read_ranges_async(self, requests: Sequence[RangeRequest], tally: dict | None = None) -> list[bytes]:
+        """:meth:`read_ranges` for a coroutine on any event loop: awaits instead of blocking.
+
+        S3 reads run on s3fs's event loop (awaited directly when the caller runs on it); other
+        stores read on this source's small thread pool.
+        """
+        tally = {} if tally is None else tally
+        if not requests:
+            return []
+        if self.protocol in ("s3", "s3a"):
+            loop = self.fs.loop
+            coroutine = self._s3_reader.read_ranges(requests, tally)
+            if asyncio.get_running_loop() is loop:
+                return await coroutine
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
+        pool = self._generic_pool
+        return await asyncio.get_running_loop().run_in_executor(pool, self._read_generic_all, requests, tally)
+
+    async def read_async(self, url: str, version: str, offset: int, length: int,
+                         tally: dict | None = None) -> bytes:
+        """:meth:`read` of one range for a coroutine (``length`` given): see :meth:`read_ranges_async`."""
+        return (await self.read_ranges_async([(url, version, offset, length)], tally))[0]
+
+    @property
+    def _s3_reader(self) -> S3RangeReader:
+        return S3RangeReader(self)
+
+    @property
+    def _generic_pool(self) -> ThreadPoolExecutor:
+        pool = self._pool
+        if pool is None or self._pool_pid != os.getpid():
+            with self._credentials_lock:
+                if self._pool is None or self._pool_pid != os.getpid():
+                    self._pool = ThreadPoolExecutor(GENERIC_READ_THREADS, thread_name_prefix="tierload-cold")
+                    self._pool_pid = os.getpid()
+                pool = self._pool
+        return pool
+
+    def _read_generic_all(self, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
+        return [self._read_generic(url, version, offset, length, tally) for url, version, offset, length in requests]
 
     @staticmethod
     def _count(tally: dict, data: bytes) -> None:
@@ -326,56 +429,3 @@ class ColdSource:
             raise translate_error(exc, url) from exc
         self._count(tally, data)
         return data
-
-    def _read_s3(self, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
-        bucket, _, key = self._strip(url).partition("/")
-        step = self.config.max_request_bytes
-        ranges = [(start, min(start + step, offset + length)) for start in range(offset, offset + length, step)]
-        if not ranges:
-            ranges = [(offset, offset)]  # zero-byte block: one GET without a Range header
-        parts = [self._get_with_retries(bucket, key, url, version, start, end, tally) for start, end in ranges]
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def _get_with_retries(self, bucket: str, key: str, url: str, version: str, start: int, end: int,
-                          tally: dict) -> bytes:
-        from fsspec.asyn import sync
-
-        attempt = 0
-        refreshed = False
-        while True:
-            attempt += 1
-            generation = self._credentials_generation
-            try:
-                data = sync(self.fs.loop, self._get_object, bucket, key, version, start, end)
-                if len(data) != end - start:
-                    raise TransientBackendError(f"short read: {len(data)} of {end - start} bytes", tier="cold",
-                                                url=url)
-            except Exception as exc:  # noqa: BLE001
-                tally["cold_gets"] = tally.get("cold_gets", 0) + 1
-                error = translate_error(exc, url)
-                if isinstance(error, CredentialsExpiredError) and self.config.credential_provider and not refreshed:
-                    self._refresh_credentials(generation)
-                    refreshed = True
-                    continue
-                if isinstance(error, TransientBackendError) and attempt < self.config.max_attempts:
-                    delay = random.uniform(0, min(2.0, 0.05 * 2**attempt))
-                    log.warning("cold read of %s failed (%s); retry %d/%d in %.2fs", url, error, attempt,
-                                self.config.max_attempts - 1, delay)
-                    time.sleep(delay)
-                    continue
-                raise error from exc
-            self._count(tally, data)
-            return data
-
-    async def _get_object(self, bucket: str, key: str, version: str, start: int, end: int) -> bytes:
-        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if version.startswith('"'):
-            kwargs["IfMatch"] = version
-        if end > start:
-            kwargs["Range"] = f"bytes={start}-{end - 1}"
-        response = await self.fs._call_s3("get_object", **kwargs)
-        body = response["Body"]
-        try:
-            return await asyncio.wait_for(body.read(), timeout=self.config.read_timeout_s)
-        finally:
-            body.close()

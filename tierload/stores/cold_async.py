@@ -1,0 +1,152 @@
+"""Many S3 range reads in flight at once: coroutines on s3fs's own event loop.
+
+The engine behind :meth:`tierload.stores.cold.ColdSource.read_ranges`. Every request is a
+coroutine over the aiobotocore client that s3fs holds; at most ``cold.max_in_flight`` of
+them are in flight per process (one semaphore per process, event loop and limit), however
+many threads or coroutines ask. Per request: ``If-Match`` on the recorded ETag (a changed
+object is :class:`~tierload.errors.SourceChangedError`), ranges never longer than
+``cold.max_request_bytes``, a short body retried as transient, credentials refreshed once on
+``ExpiredToken``. Errors are translated by :func:`tierload.stores.cold.translate_error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tierload.errors import CredentialsExpiredError, TransientBackendError
+
+if TYPE_CHECKING:
+    from tierload.stores.cold import ColdSource
+
+log = logging.getLogger(__name__)
+
+RangeRequest = tuple[str, str, int, int]
+"""``(url, version, offset, length)``: ``length`` bytes at ``offset`` of the object at ``url``."""
+
+# One limit per (process, event loop, size): created on the loop that uses it, never inherited
+# through fork (a child has another pid, and fsspec gives it another loop).
+_limits: dict[tuple[int, int, int], asyncio.Semaphore] = {}
+
+
+def _in_flight_limit(size: int) -> asyncio.Semaphore:
+    key = (os.getpid(), id(asyncio.get_running_loop()), size)
+    limit = _limits.get(key)
+    if limit is None:
+        limit = _limits[key] = asyncio.Semaphore(size)
+    return limit
+
+
+def split_range(offset: int, length: int, step: int) -> list[tuple[int, int]]:
+    """``[start, end)`` parts of ``length`` bytes at ``offset``, none longer than ``step``.
+
+    A zero-byte range is one part ``(offset, offset)``: one GET without a Range header.
+    """
+    parts = [(start, min(start + step, offset + length)) for start in range(offset, offset + length, step)]
+    return parts or [(offset, offset)]
+
+
+async def gather_in_order(coroutines: Sequence) -> list:
+    """Run ``coroutines`` concurrently; their results in order, or the first failure (in order).
+
+    On a failure the others are cancelled, so nothing keeps running (or counting) after the
+    caller has its error.
+    """
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    if not tasks:
+        return []
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()  # no-op for finished tasks; cleans up if the caller was cancelled
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+    return [task.result() for task in tasks]
+
+
+class S3RangeReader:
+    """Reads byte ranges of S3 objects for one :class:`ColdSource`, many requests at once.
+
+    Args:
+        source: The cold source whose client (``source.fs``), configuration and credential
+            refresh are used.
+    """
+
+    def __init__(self, source: ColdSource) -> None:
+        self._source = source
+
+    async def read_ranges(self, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
+        """The bytes of every request, in request order, all fetched concurrently.
+
+        Args:
+            requests: ``(url, version, offset, length)`` each.
+            tally: ``cold_gets`` and ``cold_bytes`` are increased by what the reads cost.
+
+        Raises:
+            SourceChangedError, SourceNotFoundError, EndpointUnreachableError, BackendError,
+            TransientBackendError, CredentialsExpiredError: the first failure, in request order.
+        """
+        return await gather_in_order([self.read_range(*request, tally) for request in requests])
+
+    async def read_range(self, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
+        """``length`` bytes at ``offset`` of ``url`` at ``version``, in parts read concurrently."""
+        bucket, _, key = self._source.fs._strip_protocol(url).partition("/")
+        step = self._source.config.max_request_bytes
+        parts = await gather_in_order([self._get_with_retries(url, bucket, key, version, start, end, tally)
+                                       for start, end in split_range(offset, length, step)])
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _get_with_retries(self, url: str, bucket: str, key: str, version: str, start: int, end: int,
+                                tally: dict) -> bytes:
+        # Deferred: cold.py imports this module.
+        from tierload.stores.cold import translate_error
+
+        source, config = self._source, self._source.config
+        attempt = 0
+        refreshed = False
+        while True:
+            attempt += 1
+            generation = source.credentials_generation
+            try:
+                async with _in_flight_limit(config.max_in_flight):
+                    data = await self._get_object(bucket, key, version, start, end)
+                if len(data) != end - start:
+                    raise TransientBackendError(f"short read: {len(data)} of {end - start} bytes", tier="cold",
+                                                url=url)
+            except Exception as exc:  # noqa: BLE001 - translated in one place, then retried or raised
+                tally["cold_gets"] = tally.get("cold_gets", 0) + 1
+                error = translate_error(exc, url)
+                if isinstance(error, CredentialsExpiredError) and config.credential_provider and not refreshed:
+                    source.refresh_credentials(generation)
+                    refreshed = True
+                    continue
+                if isinstance(error, TransientBackendError) and attempt < config.max_attempts:
+                    delay = random.uniform(0, min(2.0, 0.05 * 2**attempt))
+                    log.warning("cold read of %s failed (%s); retry %d/%d in %.2fs", url, error, attempt,
+                                config.max_attempts - 1, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                raise error from exc
+            tally["cold_gets"] = tally.get("cold_gets", 0) + 1
+            tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
+            return data
+
+    async def _get_object(self, bucket: str, key: str, version: str, start: int, end: int) -> bytes:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if version.startswith('"'):
+            kwargs["IfMatch"] = version
+        if end > start:
+            kwargs["Range"] = f"bytes={start}-{end - 1}"
+        response = await self._source.fs._call_s3("get_object", **kwargs)
+        body = response["Body"]
+        try:
+            return await asyncio.wait_for(body.read(), timeout=self._source.config.read_timeout_s)
+        finally:
+            body.close()
