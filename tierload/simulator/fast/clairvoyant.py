@@ -1,0 +1,95 @@
+"""Clairvoyant (Belady) victims over a next-use heap (:class:`ClairvoyantPolicy`, compiled).
+
+Entries are ``(-next use, admission order)``; a next use of ``NEVER`` is ``-inf``. A
+resident's entry is replaced at each of its accesses, keeping its admission order, so ties
+(residents never needed again) still go oldest first.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from tierload.simulator.fast import heap
+
+
+@njit(cache=True)
+def _prim(upcoming, never):
+    return -math.inf if upcoming == never else -float(upcoming)
+
+
+@njit(cache=True)
+def push(t, slot, key, order, upcoming, never):
+    """Add or replace a resident's entry (``ClairvoyantPolicy._push``)."""
+    h = t.heaps
+    offset = slot * t.nblocks
+    if h.length[slot] == h.cap[0]:
+        heap.compact(h, slot, t.live, offset)
+    ident = t.idents[slot]
+    t.idents[slot] = ident + 1
+    t.live[offset + key] = ident
+    t.aux[offset + key] = order
+    heap.push(h, slot, _prim(upcoming, never), order, ident, key)
+
+
+@njit(cache=True)
+def _drop_stale(t, slot, base, offset):
+    h = t.heaps
+    while h.length[slot] > 0 and t.live[offset + h.key[base]] != h.ident[base]:
+        heap.pop(h, slot)
+
+
+@njit(cache=True)
+def _bypass(prim, newcomer):
+    """The resident is needed no later than the newcomer (and is needed at all)."""
+    return -prim <= newcomer and prim != -math.inf
+
+
+@njit(cache=True)
+def _unstash(t, slot, first, stop):
+    for at in range(first, stop):
+        heap.push(t.heaps, slot, t.stash_prim[at], t.stash_tie[at], t.stash_ident[at], t.stash_key[at])
+
+
+@njit(cache=True)
+def victims(t, slot, upcoming, need, never, sizes):
+    """``ClairvoyantPolicy._heap_victims`` (no pins): the victims' count, or -1 to refuse."""
+    if upcoming == never:
+        return -1
+    h = t.heaps
+    base, offset = slot * h.cap[0], slot * t.nblocks
+    newcomer = float(upcoming)
+    _drop_stale(t, slot, base, offset)
+    if h.length[slot] > 0:
+        if _bypass(h.prim[base], newcomer):
+            return -1
+        if sizes[h.key[base]] >= need:
+            t.victims[0] = h.key[base]
+            heap.pop(h, slot)
+            return 1
+    # Chosen entries are stashed from 1 on; the one kept (it ends the search) at 0.
+    chosen = freed = 0
+    kept = False
+    while h.length[slot] > 0 and freed < need:
+        at = 0 if _bypass(h.prim[base], newcomer) else chosen + 1
+        stale = t.live[offset + h.key[base]] != h.ident[base]
+        t.stash_prim[at], t.stash_tie[at] = h.prim[base], h.tie[base]
+        t.stash_ident[at], t.stash_key[at] = h.ident[base], h.key[base]
+        heap.pop(h, slot)
+        if stale:
+            continue
+        if at == 0:
+            kept = True
+            break
+        chosen += 1
+        freed += sizes[t.stash_key[at]]
+    admitted = freed >= need
+    if kept:
+        _unstash(t, slot, 0, 1)
+    if not admitted:
+        _unstash(t, slot, 1, chosen + 1)
+        return -1
+    for at in range(chosen):
+        t.victims[at] = t.stash_key[at + 1]
+    return chosen
