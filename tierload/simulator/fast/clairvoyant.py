@@ -14,12 +14,12 @@ from numba import njit
 from tierload.simulator.fast import heap
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _prim(upcoming, never):
     return -math.inf if upcoming == never else -float(upcoming)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def push(t, slot, key, order, upcoming, never):
     """Add or replace a resident's entry (``ClairvoyantPolicy._push``)."""
     h = t.heaps
@@ -33,26 +33,26 @@ def push(t, slot, key, order, upcoming, never):
     heap.push(h, slot, _prim(upcoming, never), order, ident, key)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _drop_stale(t, slot, base, offset):
     h = t.heaps
     while h.length[slot] > 0 and t.live[offset + h.key[base]] != h.ident[base]:
         heap.pop(h, slot)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _bypass(prim, newcomer):
     """The resident is needed no later than the newcomer (and is needed at all)."""
     return -prim <= newcomer and prim != -math.inf
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _unstash(t, slot, first, stop):
     for at in range(first, stop):
         heap.push(t.heaps, slot, t.stash_prim[at], t.stash_tie[at], t.stash_ident[at], t.stash_key[at])
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def victims(t, slot, upcoming, need, never, sizes):
     """``ClairvoyantPolicy._heap_victims`` (no pins): the victims' count, or -1 to refuse."""
     if upcoming == never:

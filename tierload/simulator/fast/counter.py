@@ -14,7 +14,7 @@ from numba import njit
 from tierload.policies.frequency import COUNT_TOLERANCE
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def add(t, idx, now):
     """Record one access of index ``idx`` at ``now`` (``DecayingCounter.add``)."""
     value = t.cval[idx]
@@ -33,7 +33,7 @@ def add(t, idx, now):
         t.crecent[idx] += 1.0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def count(t, idx, now):
     """``DecayingCounter.count``."""
     value = t.cval[idx]
@@ -43,7 +43,7 @@ def count(t, idx, now):
     return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def count_before(t, idx, now):
     """``DecayingCounter.count_before``."""
     value = t.cval[idx]
@@ -53,7 +53,7 @@ def count_before(t, idx, now):
     return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value - t.crecent[idx]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def score(t, idx):
     """``DecayingCounter.score``."""
     value = t.cval[idx]
@@ -62,7 +62,7 @@ def score(t, idx):
     return math.log2(value) + t.cthen[idx] / t.half_life
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def at_least(count, other):
     """:func:`tierload.policies.frequency.at_least`."""
     return count >= other - COUNT_TOLERANCE * max(1.0, abs(other))

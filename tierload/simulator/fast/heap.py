@@ -42,12 +42,12 @@ def new_heaps(slots: int, cap: int) -> Heaps:
                  np.empty(size, np.int64), np.zeros(max(slots, 1), np.int64), np.array([cap], np.int64))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def _less(h, i, j):
     return h.prim[i] < h.prim[j] or (h.prim[i] == h.prim[j] and h.tie[i] < h.tie[j])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def _swap(h, i, j):
     h.prim[i], h.prim[j] = h.prim[j], h.prim[i]
     h.tie[i], h.tie[j] = h.tie[j], h.tie[i]
@@ -55,7 +55,7 @@ def _swap(h, i, j):
     h.key[i], h.key[j] = h.key[j], h.key[i]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _sift_up(h, base, pos):
     while pos > 0:
         parent = (pos - 1) >> 1
@@ -65,7 +65,7 @@ def _sift_up(h, base, pos):
         pos = parent
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def sift_down(h, base, pos, length):
     """Restore the heap below ``pos`` of the slot starting at ``base``."""
     while True:
@@ -80,7 +80,7 @@ def sift_down(h, base, pos, length):
         pos = child
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def push(h, slot, prim, tie, ident, key):
     """Add an entry; the caller makes room first (:func:`compact`) when the slot is full."""
     base = slot * h.cap[0]
@@ -93,7 +93,7 @@ def push(h, slot, prim, tie, ident, key):
     _sift_up(h, base, pos)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def pop(h, slot):
     """Remove the minimum (read it at ``slot * cap`` before)."""
     base = slot * h.cap[0]
@@ -104,7 +104,7 @@ def pop(h, slot):
         sift_down(h, base, 0, last)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def compact(h, slot, live, offset):
     """Drop entries that are no longer live (``live[offset + key] != ident``) and re-heapify."""
     base = slot * h.cap[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def unlink(t, slot, idx):
     """Take index ``idx`` out of the slot's list."""
     before, after = t.prev[idx], t.nxt[idx]
@@ -19,7 +19,7 @@ def unlink(t, slot, idx):
         t.tail[slot] = before
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def append(t, slot, idx):
     """Put index ``idx`` last (most recently used)."""
     last = t.tail[slot]
@@ -32,7 +32,7 @@ def append(t, slot, idx):
     t.tail[slot] = idx
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def victims(t, slot, need, sizes):
     """Least recently used residents until ``need`` bytes are freed; their count, or -1 to refuse."""
     offset = slot * t.nblocks
