@@ -11,4 +11,19 @@ function against its own file only: after editing a module here, delete this fol
 from tierload.simulator.fast.belady import min_hits_fast
 from tierload.simulator.fast.simulate import simulate_fast, supports
 
-__all__ = ["min_hits_fast", "simulate_fast", "supports"]
+__all__ = ["min_hits_fast", "simulate_fast", "supports", "warm_up"]
+
+
+def warm_up() -> None:
+    """Compile the replay and MIN now (or load them from the cache): a few seconds once, so
+    that timings and progress bars that follow measure replays only."""
+    import numpy as np
+
+    from tierload.simulator.run import StackSpec
+    from tierload.simulator.trace import Trace
+
+    for block_dtype, epoch_dtype in ((np.int64, np.float64), (np.int32, np.float32)):
+        trace = Trace(np.array([0, 1, 0], block_dtype), np.zeros(3, block_dtype), np.zeros(3, epoch_dtype),
+                      np.array([1, 1], np.int64))
+        simulate_fast(trace, StackSpec("clairvoyant", 1, "lfu", 1))
+        min_hits_fast(trace.block, trace.block_bytes, 1, trace.node)
