@@ -36,7 +36,7 @@ def push(t, slot, key, order, upcoming, never):
 @njit(cache=True, _nrt=False)
 def _drop_stale(t, slot, base, offset):
     h = t.heaps
-    while h.length[slot] > 0 and t.live[offset + h.key[base]] != h.ident[base]:
+    while h.length[slot] > 0 and t.live[offset + h.entries[base].key] != h.entries[base].ident:
         heap.pop(h, slot)
 
 
@@ -62,20 +62,20 @@ def victims(t, slot, upcoming, need, never, sizes):
     newcomer = float(upcoming)
     _drop_stale(t, slot, base, offset)
     if h.length[slot] > 0:
-        if _bypass(h.prim[base], newcomer):
+        if _bypass(h.entries[base].prim, newcomer):
             return -1
-        if sizes[h.key[base]] >= need:
-            t.victims[0] = h.key[base]
+        if sizes[h.entries[base].key] >= need:
+            t.victims[0] = h.entries[base].key
             heap.pop(h, slot)
             return 1
     # Chosen entries are stashed from 1 on; the one kept (it ends the search) at 0.
     chosen = freed = 0
     kept = False
     while h.length[slot] > 0 and freed < need:
-        at = 0 if _bypass(h.prim[base], newcomer) else chosen + 1
-        stale = t.live[offset + h.key[base]] != h.ident[base]
-        t.stash_prim[at], t.stash_tie[at] = h.prim[base], h.tie[base]
-        t.stash_ident[at], t.stash_key[at] = h.ident[base], h.key[base]
+        at = 0 if _bypass(h.entries[base].prim, newcomer) else chosen + 1
+        stale = t.live[offset + h.entries[base].key] != h.entries[base].ident
+        t.stash_prim[at], t.stash_tie[at] = h.entries[base].prim, h.entries[base].tie
+        t.stash_ident[at], t.stash_key[at] = h.entries[base].ident, h.entries[base].key
         heap.pop(h, slot)
         if stale:
             continue

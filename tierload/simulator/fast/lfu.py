@@ -62,17 +62,17 @@ def _top(t, slot, sizes):
     h = t.heaps
     base, offset = slot * h.cap[0], slot * t.nblocks
     while h.length[slot] > 0:
-        key = h.key[base]
-        if t.live[offset + key] != h.ident[base]:
+        key = h.entries[base].key
+        if t.live[offset + key] != h.entries[base].ident:
             heap.pop(h, slot)
             continue
         current = rank(t, offset + key, sizes[key])
-        if current == h.prim[base]:
+        if current == h.entries[base].prim:
             return True
         tie = t.order[slot]
         t.order[slot] = tie + 1
         t.live[offset + key] = tie
-        h.prim[base], h.tie[base], h.ident[base] = current, tie, tie
+        h.entries[base].prim, h.entries[base].tie, h.entries[base].ident = current, tie, tie
         heap.sift_down(h, base, 0, h.length[slot])
     return False
 
@@ -80,7 +80,7 @@ def _top(t, slot, sizes):
 @njit(cache=True, _nrt=False)
 def _stash(t, at, base):
     h = t.heaps
-    t.stash_prim[at], t.stash_tie[at], t.stash_key[at] = h.prim[base], h.tie[base], h.key[base]
+    t.stash_prim[at], t.stash_tie[at], t.stash_key[at] = h.entries[base].prim, h.entries[base].tie, h.entries[base].key
 
 
 @njit(cache=True, _nrt=False)
@@ -96,7 +96,7 @@ def victims(t, slot, key, size, need, now, sizes):
     base, offset = slot * h.cap[0], slot * t.nblocks
     newcomer = _newcomer_value(t, offset + key, size, now)
     if _top(t, slot, sizes):
-        top = h.key[base]
+        top = h.entries[base].key
         if counter.at_least(_value(t, offset + top, sizes[top], now), newcomer):
             return -1
         if sizes[top] >= need:
@@ -109,7 +109,7 @@ def victims(t, slot, key, size, need, now, sizes):
     while freed < need:
         if not _top(t, slot, sizes):
             break
-        candidate = h.key[base]
+        candidate = h.entries[base].key
         if counter.at_least(_value(t, offset + candidate, sizes[candidate], now), newcomer):
             _stash(t, 0, base)
             heap.pop(h, slot)
