@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
 from tierload.simulator.fast import heap
+from tierload.simulator.fast.jit import kernel
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _prim(upcoming, never):
     return -math.inf if upcoming == never else -float(upcoming)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def push(t, slot, key, order, upcoming, never):
     """Add or replace a resident's entry (``ClairvoyantPolicy._push``)."""
     h = t.heaps
@@ -33,26 +32,26 @@ def push(t, slot, key, order, upcoming, never):
     heap.push(h, slot, _prim(upcoming, never), order, ident, key)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _drop_stale(t, slot, base, offset):
     h = t.heaps
     while h.length[slot] > 0 and t.live[offset + h.entries[base].key] != h.entries[base].ident:
         heap.pop(h, slot)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _bypass(prim, newcomer):
     """The resident is needed no later than the newcomer (and is needed at all)."""
     return -prim <= newcomer and prim != -math.inf
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _unstash(t, slot, first, stop):
     for at in range(first, stop):
         heap.push(t.heaps, slot, t.stash_prim[at], t.stash_tie[at], t.stash_ident[at], t.stash_key[at])
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def victims(t, slot, upcoming, need, never, sizes):
     """``ClairvoyantPolicy._heap_victims`` (no pins): the victims' count, or -1 to refuse."""
     if upcoming == never:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
 from tierload.policies.frequency import COUNT_TOLERANCE
+from tierload.simulator.fast.jit import kernel
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def add(t, idx, now):
     """Record one access of index ``idx`` at ``now`` (``DecayingCounter.add``)."""
     value = t.cval[idx]
@@ -33,7 +32,7 @@ def add(t, idx, now):
         t.crecent[idx] += 1.0
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def count(t, idx, now):
     """``DecayingCounter.count``."""
     value = t.cval[idx]
@@ -43,7 +42,7 @@ def count(t, idx, now):
     return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def count_before(t, idx, now):
     """``DecayingCounter.count_before``."""
     value = t.cval[idx]
@@ -53,7 +52,7 @@ def count_before(t, idx, now):
     return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value - t.crecent[idx]
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def score(t, idx):
     """``DecayingCounter.score``."""
     value = t.cval[idx]
@@ -62,7 +61,7 @@ def score(t, idx):
     return math.log2(value) + t.cthen[idx] / t.half_life
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def at_least(count, other):
     """:func:`tierload.policies.frequency.at_least`."""
     return count >= other - COUNT_TOLERANCE * max(1.0, abs(other))

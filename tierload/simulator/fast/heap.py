@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+
+from tierload.simulator.fast.jit import kernel
 
 ENTRY = np.dtype([("prim", np.float64), ("tie", np.int64), ("ident", np.int64), ("key", np.int64)])
 
@@ -38,19 +39,19 @@ def new_heaps(slots: int, cap: int) -> Heaps:
     return Heaps(np.empty(max(slots * cap, 1), ENTRY), np.zeros(max(slots, 1), np.int64), np.array([cap], np.int64))
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _less(e, i, j):
     return e[i].prim < e[j].prim or (e[i].prim == e[j].prim and e[i].tie < e[j].tie)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _swap(e, i, j):
     prim, tie, ident, key = e[i].prim, e[i].tie, e[i].ident, e[i].key
     e[i].prim, e[i].tie, e[i].ident, e[i].key = e[j].prim, e[j].tie, e[j].ident, e[j].key
     e[j].prim, e[j].tie, e[j].ident, e[j].key = prim, tie, ident, key
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _sift_up(e, base, pos):
     while pos > 0:
         parent = (pos - 1) >> 2
@@ -60,7 +61,7 @@ def _sift_up(e, base, pos):
         pos = parent
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def sift_down(h, base, pos, length):
     """Restore the heap below ``pos`` of the slot starting at ``base``."""
     e = h.entries
@@ -78,7 +79,7 @@ def sift_down(h, base, pos, length):
         pos = child
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def push(h, slot, prim, tie, ident, key):
     """Add an entry; the caller makes room first (:func:`compact`) when the slot is full."""
     base = slot * h.cap[0]
@@ -89,7 +90,7 @@ def push(h, slot, prim, tie, ident, key):
     _sift_up(e, base, pos)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def pop(h, slot):
     """Remove the minimum (read it with :func:`top` before)."""
     base = slot * h.cap[0]
@@ -100,13 +101,13 @@ def pop(h, slot):
         sift_down(h, base, 0, last)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def top(h, slot):
     """The minimum entry of the slot (a record: ``.prim``, ``.tie``, ``.ident``, ``.key``)."""
     return h.entries[slot * h.cap[0]]
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def replace_top(h, slot, prim, tie, ident):
     """Give the minimum entry a new ``prim``, ``tie`` and ``ident`` (same key) and let it sink."""
     base = slot * h.cap[0]
@@ -115,7 +116,7 @@ def replace_top(h, slot, prim, tie, ident):
     sift_down(h, base, 0, h.length[slot])
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def compact(h, slot, live, offset):
     """Drop entries that are no longer live (``live[offset + key] != ident``) and re-heapify."""
     base = slot * h.cap[0]

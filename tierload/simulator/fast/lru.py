@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from numba import njit
+from tierload.simulator.fast.jit import kernel
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def unlink(t, slot, idx):
     """Take index ``idx`` out of the slot's list."""
     before, after = t.prev[idx], t.nxt[idx]
@@ -19,7 +19,7 @@ def unlink(t, slot, idx):
         t.tail[slot] = before
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def append(t, slot, idx):
     """Put index ``idx`` last (most recently used)."""
     last = t.tail[slot]
@@ -32,7 +32,7 @@ def append(t, slot, idx):
     t.tail[slot] = idx
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def victims(t, slot, need, sizes):
     """Least recently used residents until ``need`` bytes are freed; their count, or -1 to refuse."""
     offset = slot * t.nblocks

@@ -8,9 +8,8 @@ a block read from cold to warm (promotion).
 
 from __future__ import annotations
 
-from numba import njit
-
 from tierload.simulator.fast import tier
+from tierload.simulator.fast.jit import kernel
 
 # Indices of the totals array.
 HOT_HITS, WARM_HITS, COLD_MISSES, COLD_BYTES, COLD_GETS = 0, 1, 2, 3, 4
@@ -19,7 +18,7 @@ TOTALS = 9
 HOT, WARM, COLD = 0, 1, 2  # per-access outcomes
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _offer_warm(warm, key, now, never, sizes, totals):
     """Offer ``key`` to the warm tier (a node's warm sync proposing it)."""
     chosen = tier.admit(warm, 0, key, now, never, never, sizes)
@@ -28,7 +27,7 @@ def _offer_warm(warm, key, now, never, sizes, totals):
         totals[WARM_DEMOTIONS] += chosen
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _miss(hot, warm, has_warm, node, key, now, warm_now, upcoming, never, sizes, gets, totals):
     """Serve a hot miss; returns where it was served from."""
     from_cold = not has_warm or warm.resident[key] == 0
@@ -52,7 +51,7 @@ def _miss(hot, warm, has_warm, node, key, now, warm_now, upcoming, never, sizes,
     return COLD if from_cold else WARM
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def replay(block, node, epoch, nexts, sizes, gets, hot, warm, has_warm, clocks, span, never, totals,
            outcome, start, stop):
     """Replay accesses ``start .. stop - 1``; the state carries over between calls.

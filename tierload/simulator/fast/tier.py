@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from tierload.simulator.fast import clairvoyant, heap, lfu, lru
 from tierload.simulator.fast import counter as decay
+from tierload.simulator.fast.jit import kernel
 
 KEEP, LRU, LFU, LFU_SIZE, CLAIRVOYANT = 0, 1, 2, 3, 4
 POLICY_CODES = {"keep": KEEP, "lru": LRU, "lfu": LFU, "lfu-size": LFU_SIZE, "clairvoyant": CLAIRVOYANT}
@@ -109,7 +109,7 @@ def new_tier(policy: str, slots: int, capacity_bytes: int, sizes: np.ndarray, *,
                 heap.new_heaps(slots, heap_cap))
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def on_access(t, slot, key, now, upcoming, never):
     """Count an access and tell the policy (``TierIndex.record_access`` as the simulator binds it)."""
     idx = slot * t.nblocks + key
@@ -124,7 +124,7 @@ def on_access(t, slot, key, now, upcoming, never):
         clairvoyant.push(t, slot, key, t.aux[idx], upcoming, never)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _remove(t, slot, key, size):
     idx = slot * t.nblocks + key
     t.resident[idx] = 0
@@ -135,7 +135,7 @@ def _remove(t, slot, key, size):
         t.live[idx] = -1
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _insert(t, slot, key, size, upcoming, never):
     idx = slot * t.nblocks + key
     t.resident[idx] = 1
@@ -150,7 +150,7 @@ def _insert(t, slot, key, size, upcoming, never):
         lfu.push(t, slot, key, size)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def _victims(t, slot, key, size, need, now, upcoming, never, sizes):
     if t.policy == LRU:
         return lru.victims(t, slot, need, sizes)
@@ -161,7 +161,7 @@ def _victims(t, slot, key, size, need, now, upcoming, never, sizes):
     return lfu.victims(t, slot, key, size, need, now, sizes)
 
 
-@njit(cache=True, _nrt=False)
+@kernel
 def admit(t, slot, key, now, upcoming, never, sizes):
     """Offer ``key`` to the slot (``TierIndex.reserve`` then ``commit``).
 

@@ -59,13 +59,13 @@ def _epoch_runs(job: JobSpec, epoch: int, order: np.ndarray, next_order: np.ndar
         if _lockstep(rows, job, epoch):
             times = job.start + epoch + np.arange(per_rank) / max(per_rank, 1) if with_time else None
             return rows.T.ravel(), np.tile(rank_nodes, per_rank), None if times is None else np.repeat(times, ranks)
-    blocks, nodes, times = [], [], []
+    blocks, nodes, rank_times = [], [], []
     for rank in range(ranks):
         run_block, run_start, consume_len = _counted_runs(job, rank, order, next_order)
         blocks.append(run_block)
         nodes.append(np.full(len(run_block), rank_nodes[rank], np.int64))
-        times.append(job.start + epoch + run_start / max(consume_len, 1))
-    time = np.concatenate(times)
+        rank_times.append(job.start + epoch + run_start / max(consume_len, 1))
+    time = np.concatenate(rank_times)
     # Concatenated rank by rank, a stable sort by time breaks ties by rank, as job_trace does.
     merged = np.argsort(time, kind="stable")
     return np.concatenate(blocks)[merged], np.concatenate(nodes)[merged], time[merged]
