@@ -1,8 +1,8 @@
 """Decayed access counts in arrays: :class:`tierload.policies.frequency.DecayingCounter`, compiled.
 
-Same state and arithmetic, so the same floats: per index a count as of its latest access
-(``value``; 0.0 means never seen, since a count is >= 1 right after an access), the time of
-that access (``then``) and the accesses made at that time (``recent``).
+Same state and arithmetic, so the same floats: per index a row of the count as of its latest
+access (``value``, column 0; 0.0 means never seen, since a count is >= 1 right after an
+access), the time of that access (``then``, 1) and the accesses made at that time (``recent``, 2).
 """
 
 from __future__ import annotations
@@ -16,49 +16,49 @@ from tierload.simulator.fast.jit import kernel
 @kernel
 def add(t, idx, now):
     """Record one access of index ``idx`` at ``now`` (``DecayingCounter.add``)."""
-    value = t.cval[idx]
+    value = t.counts_state[idx, 0]
     if value == 0.0:
-        t.cval[idx] = 1.0
-        t.cthen[idx] = now
-        t.crecent[idx] = 1.0
+        t.counts_state[idx, 0] = 1.0
+        t.counts_state[idx, 1] = now
+        t.counts_state[idx, 2] = 1.0
         return
-    then = t.cthen[idx]
+    then = t.counts_state[idx, 1]
     if now > then:
-        t.cval[idx] = value * 2.0 ** (-(now - then) / t.half_life) + 1.0
-        t.cthen[idx] = now
-        t.crecent[idx] = 1.0
+        t.counts_state[idx, 0] = value * 2.0 ** (-(now - then) / t.half_life) + 1.0
+        t.counts_state[idx, 1] = now
+        t.counts_state[idx, 2] = 1.0
     else:
-        t.cval[idx] = value + 1.0
-        t.crecent[idx] += 1.0
+        t.counts_state[idx, 0] = value + 1.0
+        t.counts_state[idx, 2] += 1.0
 
 
 @kernel
 def count(t, idx, now):
     """``DecayingCounter.count``."""
-    value = t.cval[idx]
+    value = t.counts_state[idx, 0]
     if value == 0.0:
         return 0.0
-    then = t.cthen[idx]
+    then = t.counts_state[idx, 1]
     return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value
 
 
 @kernel
 def count_before(t, idx, now):
     """``DecayingCounter.count_before``."""
-    value = t.cval[idx]
+    value = t.counts_state[idx, 0]
     if value == 0.0:
         return 0.0
-    then = t.cthen[idx]
-    return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value - t.crecent[idx]
+    then = t.counts_state[idx, 1]
+    return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value - t.counts_state[idx, 2]
 
 
 @kernel
 def score(t, idx):
     """``DecayingCounter.score``."""
-    value = t.cval[idx]
+    value = t.counts_state[idx, 0]
     if value <= 0.0:
         return -math.inf
-    return math.log2(value) + t.cthen[idx] / t.half_life
+    return math.log2(value) + t.counts_state[idx, 1] / t.half_life
 
 
 @kernel

@@ -39,7 +39,8 @@ class Tier(NamedTuple):
         resident: int8 (slots * nblocks,): 1 where the block is in the slot.
         live: int64: identity of the block's live heap entry (-1: none).
         aux: int64: clairvoyant's admission order of each resident.
-        cval, cthen, crecent: float64: the decayed counter (see :mod:`.counter`).
+        counts_state: float64 (slots * nblocks, 3): the decayed counter, a row per block (see
+            :mod:`.counter`; one row, one cache line).
         prev, nxt: int64: LRU list links (-1: none).
         victims: int64: the victims of the latest admission.
         stash_prim, stash_tie, stash_ident, stash_key: heap entries popped during a victim search.
@@ -61,9 +62,7 @@ class Tier(NamedTuple):
     resident: np.ndarray
     live: np.ndarray
     aux: np.ndarray
-    cval: np.ndarray
-    cthen: np.ndarray
-    crecent: np.ndarray
+    counts_state: np.ndarray
     prev: np.ndarray
     nxt: np.ndarray
     victims: np.ndarray
@@ -102,8 +101,7 @@ def new_tier(policy: str, slots: int, capacity_bytes: int, sizes: np.ndarray, *,
                 blocks, np.zeros(slots, np.int64), np.zeros(slots, np.int64), np.zeros(slots, np.int64),
                 np.full(slots, -1, np.int64), np.full(slots, -1, np.int64), np.zeros(cells, np.int8),
                 per_block(np.int64, -1, code in HEAP_POLICIES), per_block(np.int64, 0, code == CLAIRVOYANT),
-                per_block(np.float64, 0.0, counts), per_block(np.float64, 0.0, counts),
-                per_block(np.float64, 0.0, counts), per_block(np.int64, -1, code == LRU),
+                np.zeros((cells if counts else 1, 3), np.float64), per_block(np.int64, -1, code == LRU),
                 per_block(np.int64, -1, code == LRU), np.zeros(scratch, np.int64), np.zeros(scratch, np.float64),
                 np.zeros(scratch, np.int64), np.zeros(scratch, np.int64), np.zeros(scratch, np.int64),
                 heap.new_heaps(slots, heap_cap))
@@ -171,7 +169,7 @@ def admit(t, slot, key, now, upcoming, never, sizes):
     size = sizes[key]
     if size > t.capacity:
         return -1
-    if t.admit_min > 0 and t.cval[slot * t.nblocks + key] < t.admit_min:
+    if t.admit_min > 0 and t.counts_state[slot * t.nblocks + key, 0] < t.admit_min:
         return -1
     need = t.used[slot] + size - t.capacity
     chosen = 0
