@@ -1,4 +1,4 @@
-"""The compiled replay behind :func:`tierload.simulator.run.simulate`: same decisions, ~40x faster.
+"""The compiled replay behind :func:`tierload.simulator.run.simulate`: same decisions, 3-8x faster.
 
 Every policy and the warm tier are reimplemented on integer block ids in arrays
 (:mod:`.tier`, :mod:`.lfu`, :mod:`.clairvoyant`, :mod:`.lru`) and stepped by a numba loop
