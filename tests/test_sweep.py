@@ -84,6 +84,7 @@ def test_cli_sweep_prints_json_and_writes_the_chart(tmp_path):
     assert len(data["points"]) == 6 and len(data["min"]) == 3 and set(data["knee"]) == {"clairvoyant", "lru"}
     assert all(point["usd_per_run"] > 0 for point in data["points"])
     assert data["setup"]["nodes"] == 2 and data["setup"]["epochs"] == 2
+    assert data["setup"]["dataloader_workers"] == 4 and data["setup"]["batch_size"] == 32
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = CliRunner().invoke(cli, ["policy", "simulate", "configs/default.yaml", "--dataset", "300",
                                      "--sweep", "hot=10%,50%", "--hot-policies", "keep"])

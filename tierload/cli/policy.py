@@ -175,6 +175,8 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
         working_set = trace.distinct_bytes()
         spec = StackSpec.from_config(config, hot_capacity_bytes=_bytes_of(hot_capacity, working_set),
                                      warm_capacity_bytes=_bytes_of(warm_capacity, working_set))
+        # Recorded with the results; neither changes the trace (see tierload.simulator.trace).
+        loader = {"dataloader_workers": workers, "batch_size": batch_size}
         if sweep_text:
             from tierload.cli.policy_sweep import run_sweep_command
 
@@ -182,7 +184,8 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
             title = (f"{source}: {run_epochs} epoch(s), "
                      f"{max(trace.num_nodes, 1)} node(s)")
             run_sweep_command(trace, spec, config, sweep_text, hot_names=hot_names, warm_names=warm_names,
-                              epochs=run_epochs, plot=plot, workers=processes, as_json=as_json, title=title)
+                              epochs=run_epochs, plot=plot, workers=processes, as_json=as_json, title=title,
+                              loader=loader)
             return
         # disable=None: the bar shows on a terminal only, so --json output and logs stay clean.
         with tqdm(total=1, unit="access", unit_scale=True, desc="simulating", leave=False, disable=None) as bar:
@@ -191,6 +194,7 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
                 bar.update(done - bar.n)
 
             comparison = compare(trace, spec, hot_policies=hot_names, warm_policies=warm_names, progress=progress)
+        comparison.setup.update(loader)
         click.echo(json.dumps(to_json(comparison), indent=2) if as_json else format_table(comparison))
 
     handle_errors(run)()

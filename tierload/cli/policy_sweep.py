@@ -13,7 +13,7 @@ from tierload.simulator.trace import Trace
 
 def run_sweep_command(trace: Trace, spec: StackSpec, config: TierloadConfig, sweep_text: str, *,
                       hot_names: tuple[str, ...], warm_names: tuple[str, ...], epochs: int, plot: str | None,
-                      workers: int | None, as_json: bool, title: str) -> None:
+                      workers: int | None, as_json: bool, title: str, loader: dict | None = None) -> None:
     """Evaluate the grid of ``sweep_text`` (see :func:`tierload.simulator.sweep.parse_sweep`) and print it.
 
     Raises:
@@ -35,6 +35,7 @@ def run_sweep_command(trace: Trace, spec: StackSpec, config: TierloadConfig, swe
     with tqdm(total=points, unit="point", desc=f"sweeping {tier}", leave=False, disable=None) as bar:
         sweep = run_sweep(trace, spec, tier, capacities, policies, epochs=epochs, cost=config.cost,
                           workers=workers or default_workers(points), done=lambda: bar.update(1))
+    sweep.setup.update(loader or {})
     if plot:
         plot_sweep(sweep, plot, title)
     click.echo(json.dumps(sweep_to_json(sweep), indent=2) if as_json else format_sweep(sweep))
