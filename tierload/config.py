@@ -211,6 +211,20 @@ class RayConfig(_Frozen):
     _parse_sizes = field_validator("object_store_memory_bytes", mode="before")(_bytes_field)
 
 
+class CostConfig(_Frozen):
+    """Prices that turn a simulation into dollars per training run (``tierload policy simulate --sweep``).
+
+    Defaults: AWS us-east-1 list prices as of 2024 (aws.amazon.com/s3/pricing, /ebs/pricing,
+    /fsx/lustre/pricing). A GB is 2**30 bytes, as AWS bills it; a month is 730 hours.
+    """
+
+    s3_get_usd_per_1000: float = Field(0.0004, ge=0)  # S3 Standard GET requests, per 1,000
+    s3_egress_usd_per_gb: float = Field(0.09, ge=0)  # S3 to the internet; 0.02 cross-region; 0 in-region
+    hot_usd_per_gb_month: float = Field(0.08, ge=0)  # a node's hot tier (EBS gp3; instance NVMe is in the instance)
+    warm_usd_per_gb_month: float = Field(0.145, ge=0)  # the shared warm tier (FSx for Lustre, SSD)
+    run_hours: float = Field(24.0, gt=0)  # how long the storage is held for one training run
+
+
 class TierloadConfig(_Frozen):
     """The whole configuration. Build it with :func:`load_config`."""
 
@@ -222,6 +236,7 @@ class TierloadConfig(_Frozen):
     policy: PolicyConfig = PolicyConfig()
     manifest: ManifestConfig = ManifestConfig()
     ray: RayConfig = RayConfig()
+    cost: CostConfig = CostConfig()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for YAML, JSON and shipping to actors)."""

@@ -107,7 +107,9 @@ def validate(file: str) -> None:
               help="Replay a recorded trace (text: KEY [SIZE_BYTES [NODE [EPOCH]]] per line, or Parquet) "
                    "instead of generating one.")
 @click.option("--dataset", default="10000", show_default=True,
-              help="Number of blocks, or a manifest JSON file (tierload's cached manifest).")
+              help="Number of blocks, a dataset URL (s3://bucket/prefix: block count and sizes from its "
+                   "manifest, listed with FILE's cold settings and cached), or a manifest JSON file.")
+@click.option("--layout", default=None, help="Layout of a --dataset URL [default: manifest.layout of FILE].")
 @click.option("--block-size", default="1MiB", show_default=True, help="Size of each block (mean, with --size-spread).")
 @click.option("--size-spread", default=0.0, show_default=True, type=click.FloatRange(0, 5),
               help="Log-normal sigma of block sizes around --block-size (0: equal blocks).")
@@ -121,6 +123,10 @@ def validate(file: str) -> None:
               help="Jobs reading the dataset, seeds --seed, --seed+1, ..., sharing the warm tier.")
 @click.option("--stagger", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Epochs between the starts of consecutive jobs.")
+@click.option("--workers", default=None, type=click.IntRange(0, 1024),
+              help="DataLoader workers per rank (recorded; the trace is the same for any number).")
+@click.option("--batch-size", default=None, type=click.IntRange(1, 10_000_000),
+              help="Samples per batch (recorded; the trace is the same for any batch size).")
 @click.option("--shuffle", default="auto", show_default=True, type=click.Choice(["auto", "sample", "block", "none"]))
 @click.option("--window-blocks", default=8, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--hot-capacity", type=_Capacity(), help="Hot tier per node: a size or a share of the data, e.g. 25% "
@@ -131,14 +137,23 @@ def validate(file: str) -> None:
 @click.option("--warm-policies", help=f"Warm policies to compare [default: {','.join(WARM_POLICIES)}].")
 @click.option("--save-trace", type=click.Path(dir_okay=False),
               help="Also write the trace (text, or Parquet by suffix).")
+@click.option("--sweep", "sweep_text", metavar="TIER=START%..STOP%[/POINTS]",
+              help="Evaluate a grid of capacities of one tier (hot=5%..100%, warm=10%,25%,50%) with each of its "
+                   "policies: a table of hit ratio, S3 bytes per epoch and $ per run (prices: cost: in FILE).")
+@click.option("--plot", type=click.Path(dir_okay=False), help="With --sweep: also write the chart (PNG) here.")
+@click.option("--processes", default=None, type=click.IntRange(1, 1024),
+              help="With --sweep: grid points run in parallel [default: one process per core, at most].")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, size_spread: float,
              samples_per_block: int, epochs: int, seed: int, world_size: int, nodes: int | None, jobs: int,
              stagger: float, shuffle: str, window_blocks: int, hot_capacity, warm_capacity, hot_policies: str | None,
-             warm_policies: str | None, save_trace: str | None, as_json: bool) -> None:
+             warm_policies: str | None, save_trace: str | None, as_json: bool, layout: str | None = None,
+             workers: int | None = None, batch_size: int | None = None, sweep_text: str | None = None,
+             plot: str | None = None, processes: int | None = None) -> None:
     """Replay an access trace through the policies of FILE and all others, side by side.
 
     Without --trace, the trace is the one TieredDataset would read with these settings.
+    With --sweep, a grid of capacities instead (see docs/policy.md, "Capacity planning").
     """
 
     hot_names = _names(hot_policies, HOT_POLICIES, "--hot-policies")
@@ -148,35 +163,38 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
     def run() -> None:
         from tqdm import tqdm
 
-        from tierload.simulator import (
-            DatasetShape,
-            JobSpec,
-            StackSpec,
-            compare,
-            format_table,
-            job_trace,
-            read_trace,
-            to_json,
-            write_trace,
-        )
+        from tierload.simulator import JobSpec, StackSpec, compare, format_table, read_trace, to_json, write_trace
+        from tierload.simulator.dataset_source import dataset_shape
+        from tierload.simulator.fast.tracegen import fast_job_trace
 
         block_bytes = parse_bytes(block_size, field="--block-size")
         if trace_file:
             trace = read_trace(trace_file, block_bytes=block_bytes)
+            run_epochs = int(trace.epoch.max()) + 1 if len(trace) else 1
         else:
-            if dataset.isdigit():
-                shape = DatasetShape.uniform(int(dataset), block_bytes, samples_per_block=samples_per_block,
-                                             size_spread=size_spread, seed=seed)
-            else:
-                shape = DatasetShape.from_manifest(dataset)
-            trace = job_trace([JobSpec(shape, epochs=epochs, seed=seed + j, world_size=world_size, nodes=nodes,
-                                       shuffle=shuffle, window_blocks=window_blocks, start=j * stagger)
-                               for j in range(jobs)])
+            shape = dataset_shape(dataset, config, block_bytes=block_bytes, size_spread=size_spread,
+                                  samples_per_block=samples_per_block, seed=seed, layout=layout)
+            trace = fast_job_trace([JobSpec(shape, epochs=epochs, seed=seed + j, world_size=world_size, nodes=nodes,
+                                            shuffle=shuffle, window_blocks=window_blocks, start=j * stagger)
+                                    for j in range(jobs)])
+            run_epochs = epochs * jobs
         if save_trace:
             write_trace(trace, save_trace)
         working_set = trace.distinct_bytes()
         spec = StackSpec.from_config(config, hot_capacity_bytes=_bytes_of(hot_capacity, working_set),
                                      warm_capacity_bytes=_bytes_of(warm_capacity, working_set))
+        # Recorded with the results; neither changes the trace (see tierload.simulator.trace).
+        loader = {"dataloader_workers": workers, "batch_size": batch_size}
+        if sweep_text:
+            from tierload.cli.policy_sweep import run_sweep_command
+
+            source = trace_file or (f"{int(dataset):,} blocks" if dataset.isdigit() else dataset)
+            title = (f"{source}: {run_epochs} epoch(s), "
+                     f"{max(trace.num_nodes, 1)} node(s)")
+            run_sweep_command(trace, spec, config, sweep_text, hot_names=hot_names, warm_names=warm_names,
+                              epochs=run_epochs, plot=plot, workers=processes, as_json=as_json, title=title,
+                              loader=loader)
+            return
         # disable=None: the bar shows on a terminal only, so --json output and logs stay clean.
         with tqdm(total=1, unit="access", unit_scale=True, desc="simulating", leave=False, disable=None) as bar:
             def progress(done: int, total: int) -> None:
@@ -184,6 +202,7 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
                 bar.update(done - bar.n)
 
             comparison = compare(trace, spec, hot_policies=hot_names, warm_policies=warm_names, progress=progress)
+        comparison.setup.update(loader)
         click.echo(json.dumps(to_json(comparison), indent=2) if as_json else format_table(comparison))
 
     handle_errors(run)()

@@ -108,7 +108,7 @@ def _min_hits_one_tier(blocks: np.ndarray, nexts: np.ndarray, sizes: list[int], 
 
 
 def min_hits(block: np.ndarray, block_bytes: np.ndarray, capacity_bytes: int, node: np.ndarray | None = None,
-             progress: Progress | None = None) -> MinResult:
+             progress: Progress | None = None, *, engine: str = "fast") -> MinResult:
     """Belady's MIN hits on a trace, with one cache of ``capacity_bytes`` per node.
 
     Args:
@@ -117,22 +117,42 @@ def min_hits(block: np.ndarray, block_bytes: np.ndarray, capacity_bytes: int, no
         capacity_bytes: Capacity of each node's cache.
         node: int array (accesses,): node of each access (None: one node).
         progress: Called now and then with the accesses done and the trace's length.
+        engine: ``"fast"`` (compiled, :mod:`tierload.simulator.fast`) or ``"reference"``
+            (this module's Python heap); the same hits.
 
     Returns:
         The hits, exact when all blocks touched have the same size.
     """
     started = time.process_time()
+    if engine == "fast":
+        from tierload.simulator.fast import min_hits_fast
+
+        if progress is not None:
+            progress(0, len(block))
+        hits = min_hits_fast(block, block_bytes, capacity_bytes, node)
+        if progress is not None:
+            progress(len(block), len(block))
+        return MinResult(hits, len(block), _exact(block, block_bytes), time.process_time() - started)
     block = np.asarray(block, dtype=np.int64)
     nexts = next_use(block, node)
     sizes = np.asarray(block_bytes, dtype=np.int64).tolist()
-    touched = np.asarray(block_bytes)[np.unique(block)] if len(block) else np.zeros(0)
-    exact = bool(len(touched) == 0 or (touched == touched[0]).all())
+    exact = _exact(block, block_bytes)
     hits, done = 0, 0
     for positions in _node_groups(block, node):
         tick = None if progress is None else (lambda count, base=done: progress(base + count, len(block)))
         hits += _min_hits_one_tier(block[positions], nexts[positions], sizes, capacity_bytes, tick)
         done += len(positions)
     return MinResult(hits, len(block), exact, time.process_time() - started)
+
+
+def _exact(block: np.ndarray, block_bytes: np.ndarray) -> bool:
+    """Whether every block the trace touches has the same size (MIN is then the optimum)."""
+    sizes = np.asarray(block_bytes)
+    if not len(block) or not len(sizes):
+        return True
+    touched = np.zeros(len(sizes), dtype=bool)
+    touched[block] = True  # a mask, not np.unique: no sort of the whole trace
+    return bool((sizes[touched] == sizes[touched][0]).all())
 
 
 def _node_groups(block: np.ndarray, node: np.ndarray | None) -> list[np.ndarray]:
@@ -144,11 +164,17 @@ def _node_groups(block: np.ndarray, node: np.ndarray | None) -> list[np.ndarray]
 
 
 def min_hit_flags(block: np.ndarray, block_bytes: np.ndarray, capacity_bytes: int,
-                  node: np.ndarray | None = None) -> np.ndarray:
+                  node: np.ndarray | None = None, *, engine: str = "fast") -> np.ndarray:
     """bool (accesses,): whether each access hits under Belady's MIN (as :func:`min_hits` counts).
 
-    For hit ratios over parts of a trace, e.g. per epoch.
+    For hit ratios over parts of a trace, e.g. per epoch. ``engine`` as :func:`min_hits`'s.
     """
+    if engine == "fast":
+        from tierload.simulator.fast import min_hits_fast
+
+        marks = np.zeros(len(block), dtype=bool)
+        min_hits_fast(block, block_bytes, capacity_bytes, node, marks)
+        return marks
     block = np.asarray(block, dtype=np.int64)
     nexts = next_use(block, node)
     sizes = np.asarray(block_bytes, dtype=np.int64).tolist()

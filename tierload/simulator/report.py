@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
-
 from tierload.errors import ConfigError
 from tierload.policies.registry import policy_names
 from tierload.simulator.belady import MinResult, min_hits
@@ -93,7 +91,7 @@ def compare(trace: Trace, spec: StackSpec, *, hot_policies: Sequence[str] = HOT_
     ceiling = min_hits(trace.block, trace.block_bytes, spec.hot_capacity_bytes, trace.node, shifted(0))
     rows = [simulate(trace, stack, shifted(len(trace) * (i + 1))) for i, stack in enumerate(stacks)]
     working_set = trace.distinct_bytes()
-    setup = {"accesses": len(trace), "blocks": int(len(np.unique(trace.block))), "working_set_bytes": working_set,
+    setup = {"accesses": len(trace), "blocks": int(trace.touched().sum()), "working_set_bytes": working_set,
              "nodes": trace.num_nodes, "jobs": trace.num_jobs,
              "hot_capacity_bytes": spec.hot_capacity_bytes, "warm_capacity_bytes": spec.warm_capacity_bytes,
              "hot_policy": spec.hot_policy, "warm_policy": spec.warm_policy, "half_life": spec.half_life}

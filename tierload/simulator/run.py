@@ -190,17 +190,42 @@ def _tier(name: str, capacity_bytes: int, policy_name: str, admit_min_count: flo
     return TierIndex(name, capacity_bytes, policy, counter, 0.0), None, on_access
 
 
-def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) -> SimResult:  # noqa: C901
+ENGINES = ("auto", "fast", "reference")
+
+
+def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None, *, engine: str = "auto",
+             outcome: np.ndarray | None = None) -> SimResult:
     """Replay ``trace`` through the tiers of ``spec``.
 
     Args:
         trace: The accesses.
         spec: Tiers, capacities and policies.
-        progress: Called every :data:`PROGRESS_EVERY` accesses, and at the end, with the
-            accesses replayed so far and the trace's length.
+        progress: Called now and then, and at the end, with the accesses replayed so far and
+            the trace's length.
+        engine: ``"reference"``: the Python policy classes the actors run (:func:`simulate_reference`);
+            ``"fast"``: the compiled replay (:mod:`tierload.simulator.fast`), the same decision
+            at every access; ``"auto"``: fast when it knows the stack's policies.
+        outcome: int8 (accesses,), filled with where each access was served: 0 hot, 1 warm, 2 cold.
 
     Returns:
         Counts of hits, cold traffic, promotions and demotions.
+
+    Raises:
+        ConfigError: Unknown policy name or engine, or a capacity below zero.
+    """
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown simulator engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if engine != "reference":
+        from tierload.simulator.fast import simulate_fast, supports
+
+        if engine == "fast" or supports(spec):
+            return simulate_fast(trace, spec, progress, outcome)
+    return simulate_reference(trace, spec, progress, outcome)
+
+
+def simulate_reference(trace: Trace, spec: StackSpec, progress: Progress | None = None,  # noqa: C901 - the hot loop, written out
+                       outcome: np.ndarray | None = None) -> SimResult:
+    """:func:`simulate` through the Python policy classes and :class:`TierIndex` the actors run.
 
     Raises:
         ConfigError: Unknown policy name, or a capacity below zero.
@@ -238,6 +263,7 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
     warm_resident = warm.resident if warm is not None else {}
     hot_hits = warm_hits = cold_misses = cold_bytes = cold_gets = 0
     hot_promotions = hot_demotions = warm_promotions = warm_demotions = 0
+    served: list[int] | None = None if outcome is None else []  # where each access was served (0 hot, 1 warm, 2 cold)
 
     # Offering a block to the warm tier (as a node's warm sync proposes it) is written out at
     # its two call sites below: it runs for most hot misses, and a call would cost a tenth of
@@ -273,6 +299,8 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
             hot = hot_tiers[node]
             if block in hot.resident:
                 hot_hits += 1
+                if served is not None:
+                    served.append(0)
                 continue
             size = sizes[block]
             from_cold = block not in warm_resident
@@ -282,6 +310,8 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
                 cold_gets += gets[block]
             else:
                 warm_hits += 1
+            if served is not None:
+                served.append(2 if from_cold else 1)
             admission = hot.reserve(block, size, now)
             if admission.admitted:
                 hot.commit(block, now)
@@ -305,5 +335,7 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None) ->
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     if progress is not None:
         progress(length, length)
+    if outcome is not None and served is not None:
+        outcome[:] = served
     return SimResult(spec.hot_policy, spec.warm_policy, length, hot_hits, warm_hits, cold_misses, cold_bytes,
                      cold_gets, hot_promotions, hot_demotions, warm_promotions, warm_demotions, seconds, cpu_seconds)

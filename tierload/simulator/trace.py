@@ -218,7 +218,13 @@ class Trace:
 
     def distinct_bytes(self) -> int:
         """Bytes of the blocks the trace touches at least once (the working set)."""
-        return int(self.block_bytes[np.unique(self.block)].sum()) if len(self.block) else 0
+        return int(self.block_bytes[self.touched()].sum()) if len(self.block) else 0
+
+    def touched(self) -> np.ndarray:
+        """bool (blocks,): the blocks the trace reads at least once (a mask: no sort of the trace)."""
+        mask = np.zeros(self.num_blocks, dtype=bool)
+        mask[self.block] = True
+        return mask
 
     @classmethod
     def from_blocks(cls, blocks: Sequence[int], block_bytes: int | Sequence[int] = 1, *,

@@ -1,0 +1,50 @@
+"""The dataset a simulation reads: a block count, a cached manifest file, or the cold prefix itself."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tierload.config import TierloadConfig
+from tierload.simulator.trace import DatasetShape
+
+
+def is_url(text: str) -> bool:
+    """Whether ``--dataset`` names a storage prefix (``s3://bucket/prefix``, ``file:///data``)."""
+    return "://" in text
+
+
+def shape_from_listing(url: str, config: TierloadConfig, *, layout: str | None = None,
+                       refresh: bool = False) -> DatasetShape:
+    """Block count and sizes of the dataset under ``url``, from its manifest.
+
+    The manifest is the one a :class:`tierload.dataset.TieredDataset` would use: cached under
+    ``manifest.cache_dir``, else built by listing the prefix (with ``cold`` credentials and
+    endpoint) and cached.
+
+    Raises:
+        ManifestError: The prefix holds nothing readable.
+        BackendError: The listing failed.
+    """
+    from tierload.manifest import load_manifest
+    from tierload.stores.cold import ColdSource
+
+    manifest = load_manifest(ColdSource(url, config.cold), config.manifest, layout, refresh=refresh)
+    sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)
+    return DatasetShape(manifest.sample_block.astype(np.int64), sizes, manifest.url)
+
+
+def dataset_shape(dataset: str, config: TierloadConfig, *, block_bytes: int, size_spread: float = 0.0,
+                  samples_per_block: int = 1, seed: int = 0, layout: str | None = None,
+                  refresh: bool = False) -> DatasetShape:
+    """``--dataset``: a number of blocks (synthetic), a storage URL (listed) or a manifest JSON file.
+
+    Raises:
+        ConfigError: A manifest file that is missing or is not one.
+        ManifestError, BackendError: A URL that cannot be listed.
+    """
+    if dataset.isdigit():
+        return DatasetShape.uniform(int(dataset), block_bytes, samples_per_block=samples_per_block,
+                                    size_spread=size_spread, seed=seed)
+    if is_url(dataset):
+        return shape_from_listing(dataset, config, layout=layout, refresh=refresh)
+    return DatasetShape.from_manifest(dataset)
