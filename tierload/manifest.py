@@ -25,10 +25,11 @@ from tierload.config import ManifestConfig
 from tierload.errors import ManifestError
 from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUTS, layout_spec
+from tierload.packs import PackIndex, PackMembers
 from tierload.stores.cold import ColdSource, ObjectInfo
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def _encode_array(array: np.ndarray) -> dict[str, str]:
@@ -87,6 +88,18 @@ class Manifest:
             self._dataset_id = digest.hexdigest()[:24]
         return self._dataset_id
 
+    @property
+    def pack_index(self) -> PackIndex:
+        """Where each sample lies inside its block (layouts with one sample per object)."""
+        if not hasattr(self, "_pack_index"):
+            self._pack_index = PackIndex.of(self.blocks)
+        return self._pack_index
+
+    @property
+    def num_packs(self) -> int:
+        """Blocks that are packs of small objects."""
+        return sum(1 for block in self.blocks if block.members is not None)
+
     def decoder(self, label_column: str | None = "label", columns: list[str] | None = None) -> BlockDecoder:
         """The block decoder for this layout (see :mod:`tierload.layouts.registry`)."""
         return layout_spec(self.layout).decoder(self, label_column, columns)
@@ -100,6 +113,8 @@ class Manifest:
             "sample_block": _encode_array(self.sample_block), "sample_index": _encode_array(self.sample_index),
             "labels": _encode_array(self.labels), "classes": self.classes, "extra": self.extra,
             "skipped": self.skipped,
+            "packs": {str(index): [list(b.members.urls), list(b.members.versions), list(b.members.sizes)]
+                      for index, b in enumerate(self.blocks) if b.members is not None},
         })
 
     @classmethod
@@ -108,8 +123,10 @@ class Manifest:
         if data.get("format") != FORMAT_VERSION:
             raise ManifestError(f"cached manifest has format {data.get('format')!r}, expected {FORMAT_VERSION}")
         columns = data["blocks"]
-        blocks = [Block(*row) for row in zip(columns["key"], columns["url"], columns["version"],
-                                             columns["offset"], columns["length"], strict=False)]
+        packs = {int(index): PackMembers(tuple(urls), tuple(versions), tuple(sizes))
+                 for index, (urls, versions, sizes) in data["packs"].items()}
+        blocks = [Block(*row, packs.get(index)) for index, row in enumerate(zip(
+            columns["key"], columns["url"], columns["version"], columns["offset"], columns["length"], strict=True))]
         return cls(url=data["url"], layout=data["layout"], blocks=blocks,
                    sample_block=_decode_array(data["sample_block"]), sample_index=_decode_array(data["sample_index"]),
                    labels=_decode_array(data["labels"]), classes=data["classes"], extra=data["extra"],
@@ -155,10 +172,11 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
 
 
 def cache_path(source: ColdSource, config: ManifestConfig, layout: str | None) -> Path:
-    """Where the cached manifest of this (URL, layout, endpoint, block size) lives."""
+    """Where the cached manifest of this (URL, layout, endpoint, block and pack sizes) lives."""
     endpoint = str(source.storage_options.get("client_kwargs", {}).get("endpoint_url", ""))
     ident = xxhash.xxh3_64_hexdigest(
-        f"{source.url}\x00{layout or config.layout}\x00{endpoint}\x00{config.block_bytes}".encode())
+        f"{source.url}\x00{layout or config.layout}\x00{endpoint}\x00{config.block_bytes}\x00"
+        f"{config.pack_threshold_bytes}\x00{config.pack_target_bytes}".encode())
     return Path(os.path.expanduser(config.cache_dir)) / f"{ident}.json"
 
 
@@ -176,7 +194,7 @@ def load_manifest(source: ColdSource, config: ManifestConfig, layout: str | None
     if not refresh and path.is_file():
         try:
             return Manifest.from_json(path.read_text(encoding="utf-8"))
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, ManifestError) as exc:
             log.warning("cached manifest %s is unreadable (%s); listing again", path, exc)
     manifest = build_manifest(source, config, layout)
     path.parent.mkdir(parents=True, exist_ok=True)

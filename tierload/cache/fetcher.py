@@ -226,8 +226,7 @@ class Fetcher:
                     tally["integrity_failures"] += 1
                     if self._sync is not None:
                         self._sync.drop_warm(key)
-        source = self._catalog.source_of(key)
-        raw = source.read(block.url, block.version, block.offset, block.length, tally=tally)
+        raw = self._catalog.read_cold(key, tally)
         return raw, checksum(raw), "cold"
 
     def _place(self, key: str, raw: bytes, digest: int, source: str) -> int | None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from tierload.blocks import Block
 from tierload.errors import MessageError
+from tierload.packs import PackMembers
 from tierload.stores.cold import ColdLocation
 
 M = TypeVar("M", bound="Message")
@@ -89,6 +90,7 @@ class BlockTable(Message):
     Attributes:
         keys, urls, versions: Tier key, source URL and source version of each block.
         offsets, lengths: int64 arrays (blocks,): byte range of each block in its object.
+        members: ``{block index: PackMembers}`` for the blocks that are packs.
         version: Shape of this message.
     """
 
@@ -97,6 +99,7 @@ class BlockTable(Message):
     versions: tuple[str, ...]
     offsets: np.ndarray
     lengths: np.ndarray
+    members: dict[int, PackMembers] = field(default_factory=dict)
     version: int = 1
 
     def __post_init__(self) -> None:
@@ -113,15 +116,17 @@ class BlockTable(Message):
         """The table of ``blocks`` (in their order)."""
         return cls(tuple(b.key for b in blocks), tuple(b.url for b in blocks), tuple(b.version for b in blocks),
                    np.fromiter((b.offset for b in blocks), np.int64, len(blocks)),
-                   np.fromiter((b.length for b in blocks), np.int64, len(blocks)))
+                   np.fromiter((b.length for b in blocks), np.int64, len(blocks)),
+                   {index: b.members for index, b in enumerate(blocks) if b.members is not None})
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def blocks(self) -> list[Block]:
         """The blocks again, in their order."""
-        return [Block(key, url, version, int(offset), int(length)) for key, url, version, offset, length in
-                zip(self.keys, self.urls, self.versions, self.offsets.tolist(), self.lengths.tolist(), strict=True)]
+        rows = zip(self.keys, self.urls, self.versions, self.offsets.tolist(), self.lengths.tolist(), strict=True)
+        return [Block(key, url, version, int(offset), int(length), self.members.get(index))
+                for index, (key, url, version, offset, length) in enumerate(rows)]
 
 
 @dataclass(frozen=True, eq=False)
