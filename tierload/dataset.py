@@ -189,6 +189,10 @@ class TieredDataset(IterableDataset):
         source = ColdSource(self._cold, self.config.cold)
         previous = self._cached_keys(source) if self.refresh_manifest else set()
         self._manifest = load_manifest(source, self.config.manifest, self.layout, refresh=self.refresh_manifest)
+        if self.shuffle == "sample" and self._manifest.num_packs:
+            log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
+                        "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
+                        "epoch (docs/packs.md)", self._manifest.num_packs)
         self._endpoint = node_endpoint(self.config)
         self._link = NodeLink(self._endpoint)
         self._register()
