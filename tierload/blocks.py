@@ -40,4 +40,4 @@ class Block:
     @classmethod
     def pack(cls, members: PackMembers) -> "Block":
         """The block of a pack of small objects (key and version derive from every member)."""
-        return cls(members.key(), members.urls[0], members.digest(), 0, members.total_bytes, members)
+        return cls(members.key(), members.first_url, members.digest(), 0, members.total_bytes, members)

@@ -113,7 +113,8 @@ class Manifest:
             "sample_block": _encode_array(self.sample_block), "sample_index": _encode_array(self.sample_index),
             "labels": _encode_array(self.labels), "classes": self.classes, "extra": self.extra,
             "skipped": self.skipped,
-            "packs": {str(index): [list(b.members.urls), list(b.members.versions), list(b.members.sizes)]
+            "packs": {str(index): [b.members.urls.to_pylist(), b.members.versions.to_pylist(),
+                                   b.members.sizes.tolist()]
                       for index, b in enumerate(self.blocks) if b.members is not None},
         })
 
@@ -123,7 +124,7 @@ class Manifest:
         if data.get("format") != FORMAT_VERSION:
             raise ManifestError(f"cached manifest has format {data.get('format')!r}, expected {FORMAT_VERSION}")
         columns = data["blocks"]
-        packs = {int(index): PackMembers(tuple(urls), tuple(versions), tuple(sizes))
+        packs = {int(index): PackMembers.of(urls, versions, sizes)
                  for index, (urls, versions, sizes) in data["packs"].items()}
         blocks = [Block(*row, packs.get(index)) for index, row in enumerate(zip(
             columns["key"], columns["url"], columns["version"], columns["offset"], columns["length"], strict=True))]

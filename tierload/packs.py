@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 from tierload.keys import block_key
@@ -23,38 +24,69 @@ if TYPE_CHECKING:
     from tierload.stores.cold import ColdSource, ObjectInfo
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, eq=False)
 class PackMembers:
-    """The source objects of one pack, in pack order.
+    """The source objects of one pack, in pack order, as columns (no Python object per member).
 
     Attributes:
-        urls: Source URL of each member.
-        versions: Source version (ETag or ``mtime-size``) of each member at listing time.
-        sizes: Size in bytes of each member (0 for an empty object).
+        urls: Arrow string array (members,): source URL of each member.
+        versions: Arrow string array (members,): source version (ETag or ``mtime-size``) of
+            each member at listing time.
+        sizes: int64 array (members,): size in bytes of each member (0 for an empty object).
     """
 
-    urls: tuple[str, ...]
-    versions: tuple[str, ...]
-    sizes: tuple[int, ...]
+    urls: pa.Array
+    versions: pa.Array
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, urls: Sequence[str], versions: Sequence[str], sizes: Sequence[int]) -> "PackMembers":
+        """Members from Python sequences of equal length.
+
+        Raises:
+            ValueError: The sequences differ in length.
+        """
+        if not len(urls) == len(versions) == len(sizes):
+            raise ValueError(f"pack columns differ in length: urls={len(urls)}, versions={len(versions)}, "
+                             f"sizes={len(sizes)}")
+        return cls(pa.array(urls, pa.string()), pa.array(versions, pa.string()), np.asarray(sizes, dtype=np.int64))
+
+    def rows(self) -> list[tuple[str, str, int]]:
+        """``(url, version, size)`` of each member, as Python values (built on demand)."""
+        return list(zip(self.urls.to_pylist(), self.versions.to_pylist(), self.sizes.tolist(), strict=True))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PackMembers):
+            return NotImplemented
+        return (self.urls.equals(other.urls) and self.versions.equals(other.versions)
+                and np.array_equal(self.sizes, other.sizes))
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
 
     def __len__(self) -> int:
-        return len(self.urls)
+        return len(self.sizes)
 
     @property
     def total_bytes(self) -> int:
         """Size of the pack in bytes."""
-        return sum(self.sizes)
+        return int(self.sizes.sum())
+
+    @property
+    def first_url(self) -> str:
+        """The first member's URL (a pack's block carries it, for logs and its key's slug)."""
+        return str(self.urls[0].as_py())
 
     def digest(self) -> str:
         """A version of the pack as a whole: changes when any member's URL, version or size does."""
         hasher = xxhash.xxh3_128()
-        for url, version, size in zip(self.urls, self.versions, self.sizes, strict=True):
+        for url, version, size in self.rows():
             hasher.update(f"{url}\x00{version}\x00{size}\n".encode())
         return f"pack-{hasher.hexdigest()}"
 
     def key(self) -> str:
         """The pack's tier key (see :mod:`tierload.keys`); its slug is the first member's name."""
-        return block_key(self.urls[0], self.digest(), 0, self.total_bytes)
+        return block_key(self.first_url, self.digest(), 0, self.total_bytes)
 
 
 def group_objects(objects: Sequence[ObjectInfo], threshold_bytes: int, target_bytes: int) -> list[range]:
@@ -95,8 +127,7 @@ def read_cold(source: ColdSource, block: Block, tally: dict | None = None) -> by
     members = block.members
     if members is None:
         return source.read(block.url, block.version, block.offset, block.length, tally=tally)
-    requests = [(url, version, 0, size) for url, version, size in
-                zip(members.urls, members.versions, members.sizes, strict=True)]
+    requests = [(url, version, 0, size) for url, version, size in members.rows()]
     return b"".join(source.read_ranges(requests, tally=tally))
 
 

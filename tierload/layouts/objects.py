@@ -79,8 +79,8 @@ def _block_of(objects: list[ObjectInfo]) -> Block:
     if len(objects) == 1:
         obj = objects[0]
         return Block.of(obj.url, obj.version, 0, obj.size)
-    return Block.pack(PackMembers(tuple(o.url for o in objects), tuple(o.version for o in objects),
-                                  tuple(o.size for o in objects)))
+    return Block.pack(PackMembers.of([o.url for o in objects], [o.version for o in objects],
+                                     [o.size for o in objects]))
 
 
 def decode_image(data: bytes) -> torch.Tensor:
