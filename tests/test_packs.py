@@ -136,3 +136,21 @@ def test_a_changed_member_fails_its_pack_until_the_manifest_is_refreshed(bucket,
     fresh = make_dataset(f"s3://{name}/ds", config, layout="files", refresh_manifest=True)
     assert {b.key for b in fresh.manifest.blocks} != {b.key for b in first.manifest.blocks}
     assert _samples(fresh) == {**dict(enumerate(payloads)), 5: b"00000005changed"}
+
+
+def test_imagefolder_packs_decode_every_image_with_its_class(bucket, tier_config, make_dataset):
+    from helpers import png_bytes
+
+    name, fs = bucket
+    for label in ("cat", "dog"):
+        for i in range(12):
+            fs.pipe_file(f"{name}/pets/{label}/{i:02d}.png", png_bytes(i * 10 + (0 if label == "cat" else 1)))
+    fs.invalidate_cache()
+    dataset = make_dataset(f"s3://{name}/pets", tier_config(manifest={"pack_target_bytes": "1KiB"}), shuffle="none")
+    assert dataset.manifest.layout == "imagefolder" and dataset.manifest.num_packs >= 2
+    seen = set()
+    for image, label in dataset:
+        value = int(image[0, 0, 0])
+        assert image.shape == (1, 8, 8) and label == value % 10  # cat: 0, dog: 1
+        seen.add((label, value // 10))
+    assert seen == {(label, i) for label in (0, 1) for i in range(12)}
