@@ -154,3 +154,44 @@ def test_imagefolder_packs_decode_every_image_with_its_class(bucket, tier_config
         assert image.shape == (1, 8, 8) and label == value % 10  # cat: 0, dog: 1
         seen.add((label, value // 10))
     assert seen == {(label, i) for label in (0, 1) for i in range(12)}
+
+
+def test_the_cached_manifest_is_an_arrow_file_mapped_in_place(tmp_path):
+    """Arrow IPC round trip: same blocks, packs and samples; arrays are views of the mapped file."""
+    import pickle
+
+    from tierload.layouts.objects import plan_objects
+    from tierload.manifest import Manifest, open_manifest, save_manifest
+
+    objects = [ObjectInfo(f"s3://b/d/{i % 3}/o{i:05d}", 0 if i == 7 else 100 + i, f'"e{i}"') for i in range(3000)]
+    objects.insert(1500, ObjectInfo("s3://b/d/big", 5000, '"big"'))
+    plan = plan_objects("s3://b/d", objects, extensions=None, skip_empty=False, pack_threshold_bytes=1000,
+                        pack_target_bytes=20_000)
+    built = Manifest("s3://b/d", "files", plan.blocks, plan.sample_block, plan.sample_index, plan.labels,
+                     plan.classes)
+    save_manifest(built, tmp_path / "m.arrow")
+    opened = open_manifest(tmp_path / "m.arrow")
+    assert opened.blocks == built.blocks and opened.dataset_id == built.dataset_id
+    assert opened.num_packs == built.num_packs >= 10 and opened.classes == built.classes
+    for name in ("sample_block", "sample_index", "labels"):
+        array = getattr(opened, name)
+        assert (array == getattr(built, name)).all() and not array.flags.writeable  # a view of the mapping
+    members = next(b.members for b in opened.blocks if b.members is not None)
+    column_bytes = sum(b.members.urls.nbytes for b in opened.blocks[:1] if b.members is not None)
+    assert len(pickle.dumps(members)) < 4 * column_bytes  # a slice pickles compactly, not the whole column
+    assert pickle.loads(pickle.dumps(members)) == members
+
+
+def test_a_node_cache_maps_the_manifest_file_named_in_a_registration(tmp_path):
+    from tierload.cache.node_cache import _mapped_blocks
+    from tierload.layouts.objects import plan_objects
+    from tierload.manifest import Manifest, save_manifest
+
+    objects = [ObjectInfo(f"s3://b/d/o{i:04d}", 100, f'"e{i}"') for i in range(500)]
+    plan = plan_objects("s3://b/d", objects, extensions=None, skip_empty=False, pack_threshold_bytes=1000,
+                        pack_target_bytes=10_000)
+    manifest = Manifest("s3://b/d", "files", plan.blocks, plan.sample_block, plan.sample_index, plan.labels)
+    save_manifest(manifest, tmp_path / "m.arrow")
+    assert _mapped_blocks(str(tmp_path / "m.arrow"), manifest.dataset_id) == manifest.blocks
+    assert _mapped_blocks(str(tmp_path / "m.arrow"), "another-dataset") is None  # the blocks are sent instead
+    assert _mapped_blocks(str(tmp_path / "missing.arrow"), manifest.dataset_id) is None

@@ -29,8 +29,8 @@ class PackMembers:
     """The source objects of one pack, in pack order, as columns (no Python object per member).
 
     Attributes:
-        urls: Arrow string array (members,): source URL of each member.
-        versions: Arrow string array (members,): source version (ETag or ``mtime-size``) of
+        urls: Arrow large_string array (members,): source URL of each member.
+        versions: Arrow large_string array (members,): source version (ETag or ``mtime-size``) of
             each member at listing time.
         sizes: int64 array (members,): size in bytes of each member (0 for an empty object).
     """
@@ -49,11 +49,17 @@ class PackMembers:
         if not len(urls) == len(versions) == len(sizes):
             raise ValueError(f"pack columns differ in length: urls={len(urls)}, versions={len(versions)}, "
                              f"sizes={len(sizes)}")
-        return cls(pa.array(urls, pa.string()), pa.array(versions, pa.string()), np.asarray(sizes, dtype=np.int64))
+        return cls(pa.array(urls, pa.large_string()), pa.array(versions, pa.large_string()),
+                   np.asarray(sizes, dtype=np.int64))
 
     def rows(self) -> list[tuple[str, str, int]]:
         """``(url, version, size)`` of each member, as Python values (built on demand)."""
         return list(zip(self.urls.to_pylist(), self.versions.to_pylist(), self.sizes.tolist(), strict=True))
+
+    def __reduce__(self):
+        # Compact copies: a slice of a memory-mapped manifest would otherwise pickle the whole column.
+        return PackMembers, (pa.concat_arrays([self.urls]), pa.concat_arrays([self.versions]),
+                             np.array(self.sizes, dtype=np.int64))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PackMembers):

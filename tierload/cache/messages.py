@@ -8,7 +8,7 @@ tierload releases that disagree fail with a :class:`~tierload.errors.MessageErro
 both versions instead of a ``KeyError`` deep inside a thread.
 
     StreamPlan           consumer -> node cache   a rank's block sequence for one epoch
-    DatasetRegistration  consumer -> node cache   a dataset's cold location and its BlockTable
+    DatasetRegistration  consumer -> node cache   a dataset's cold location; its manifest file or BlockTable
     SyncReport           node cache -> coordinator  what the node learned since its last sync
     SyncAnswer           coordinator -> node cache  warm admissions and holder-map changes
     Endpoint             node cache -> consumers  where the cache listens (also as a JSON file)
@@ -136,13 +136,16 @@ class DatasetRegistration(Message):
     Attributes:
         dataset_id: The manifest's dataset id.
         cold: The dataset's cold location (its options stay out of every ``repr``).
-        blocks: The dataset's blocks.
+        blocks: The dataset's blocks (may be empty when ``manifest_path`` names them).
+        manifest_path: The dataset's cached manifest file on this node, which the cache maps
+            instead of receiving the blocks (None: the blocks travel in ``blocks``).
         version: Shape of this message.
     """
 
     dataset_id: str
     cold: ColdLocation
     blocks: BlockTable
+    manifest_path: str | None = None
     version: int = 1
 
 

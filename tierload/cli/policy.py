@@ -107,7 +107,7 @@ def validate(file: str) -> None:
               help="Replay a recorded trace (text: KEY [SIZE_BYTES [NODE [EPOCH]]] per line, or Parquet) "
                    "instead of generating one.")
 @click.option("--dataset", default="10000", show_default=True,
-              help="Number of blocks, or a manifest JSON file (tierload's cached manifest).")
+              help="Number of blocks, or a manifest file (tierload's cached manifest: .arrow, or JSON).")
 @click.option("--block-size", default="1MiB", show_default=True, help="Size of each block (mean, with --size-spread).")
 @click.option("--size-spread", default=0.0, show_default=True, type=click.FloatRange(0, 5),
               help="Log-normal sigma of block sizes around --block-size (0: equal blocks).")
