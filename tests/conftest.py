@@ -57,7 +57,9 @@ def tier_config(tmp_path):
             "hot": {"dir": str(tmp_path / "hot"), "capacity_bytes": hot},
             "warm": {"url": str(tmp_path / "warm") if warm is not None else None,
                      "capacity_bytes": warm if warm is not None else 0},
-            "manifest": {"cache_dir": str(tmp_path / "manifests")},
+            # One block per object, as these tests count blocks per object; tests/test_packs.py
+            # turns packs on (the library's default) with manifest={"pack_target_bytes": ...}.
+            "manifest": {"cache_dir": str(tmp_path / "manifests"), "pack_target_bytes": 0},
         }
         for key, value in sections.items():
             data.setdefault(key, {}).update(value)

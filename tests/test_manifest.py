@@ -36,7 +36,7 @@ def test_listing_of_more_than_a_thousand_objects_is_complete(s3, bucket):
     source = cold(s3, f"s3://{name}/train")
     objects = source.list_objects()
     assert len(objects) == 2352
-    manifest = build_manifest(source, ManifestConfig(), layout="files")
+    manifest = build_manifest(source, ManifestConfig(pack_target_bytes=0), layout="files")
     assert manifest.num_samples == 2352 and len({b.key for b in manifest.blocks}) == 2352
 
 
@@ -51,7 +51,7 @@ def test_nasty_keys_and_markers(s3, bucket):
     fs.call_s3("put_object", Bucket=name, Key="data/", Body=b"")  # a directory marker
     fs.invalidate_cache()
     source = cold(s3, f"s3://{name}/data")
-    manifest = build_manifest(source, ManifestConfig(), layout="files")
+    manifest = build_manifest(source, ManifestConfig(pack_target_bytes=0), layout="files")
     urls = sorted(b.url for b in manifest.blocks)
     assert len(urls) == len(keys) and not any(u.endswith("_SUCCESS") for u in urls)
     for block in manifest.blocks:
@@ -67,10 +67,10 @@ def test_zero_byte_objects_are_empty_samples_or_counted_skips(s3, bucket):
     fs.pipe_file(f"{name}/mixed/1/empty.bin", b"")
     fs.invalidate_cache()
     source = cold(s3, f"s3://{name}/mixed")
-    images = build_manifest(source, ManifestConfig(), layout="imagefolder")
+    images = build_manifest(source, ManifestConfig(pack_target_bytes=0), layout="imagefolder")
     assert images.num_samples == 1
     assert images.skipped[f"s3://{name}/mixed/0/empty.png"] == "zero-byte object is not an image"
-    files = build_manifest(source, ManifestConfig(), layout="files")
+    files = build_manifest(source, ManifestConfig(pack_target_bytes=0), layout="files")
     assert files.num_samples == 3
     empty = next(b for b in files.blocks if b.url.endswith("empty.bin"))
     assert empty.length == 0 and source.read(empty.url, empty.version, 0, 0) == b""
@@ -84,7 +84,7 @@ def test_imagefolder_labels_follow_sorted_class_folders(s3, bucket):
         for i in range(3):
             fs.pipe_file(f"{name}/pets/{label}/{i}.png", png_bytes(10 if label == "cat" else 200))
     fs.invalidate_cache()
-    manifest = build_manifest(cold(s3, f"s3://{name}/pets"), ManifestConfig())
+    manifest = build_manifest(cold(s3, f"s3://{name}/pets"), ManifestConfig(pack_target_bytes=0))
     assert manifest.layout == "imagefolder" and manifest.classes == ["cat", "dog"]
     decoder = manifest.decoder()
     source = cold(s3, f"s3://{name}/pets")

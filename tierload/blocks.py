@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tierload.keys import block_key
+
+if TYPE_CHECKING:
+    from tierload.packs import PackMembers
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """A whole object, or a byte range of one, as stored in the tiers.
+    """A whole object, a byte range of one, or a pack of small objects, as stored in the tiers.
 
     Attributes:
         key: Safe, stable tier key (see :mod:`tierload.keys`).
@@ -17,6 +21,8 @@ class Block:
         version: The source object's ETag (or ``mtime-size``) when the manifest was built.
         offset: First byte of the block in the object.
         length: Size of the block in bytes (0 for an empty object).
+        members: The objects of a pack (see :mod:`tierload.packs`), or None for a plain block.
+            A pack's ``url`` is its first member's, its ``version`` a digest of all members'.
     """
 
     key: str
@@ -24,8 +30,14 @@ class Block:
     version: str
     offset: int
     length: int
+    members: PackMembers | None = None
 
     @classmethod
     def of(cls, url: str, version: str, offset: int, length: int) -> "Block":
         """Build a block and derive its key from (url, version, byte range)."""
         return cls(block_key(url, version, offset, length), url, version, offset, length)
+
+    @classmethod
+    def pack(cls, members: PackMembers) -> "Block":
+        """The block of a pack of small objects (key and version derive from every member)."""
+        return cls(members.key(), members.first_url, members.digest(), 0, members.total_bytes, members)

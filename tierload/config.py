@@ -182,8 +182,13 @@ class ManifestConfig(_Frozen):
     exclude: tuple[str, ...] = ("_SUCCESS", "_common_metadata", "_metadata")
     # Tar shards and .npy files larger than this are cached as byte-range blocks of about this size.
     block_bytes: int = 64 * 2**20
+    # files/imagefolder: objects smaller than this are grouped, in listing order, into packs
+    # (one tier block each) of about pack_target_bytes; pack_target_bytes: 0 turns packing off.
+    pack_threshold_bytes: int = 2**20
+    pack_target_bytes: int = 8 * 2**20
 
-    _parse_sizes = field_validator("block_bytes", mode="before")(_bytes_field)
+    _parse_sizes = field_validator("block_bytes", "pack_threshold_bytes", "pack_target_bytes",
+                                   mode="before")(_bytes_field)
 
     @field_validator("layout")
     @classmethod
@@ -197,6 +202,13 @@ class ManifestConfig(_Frozen):
     def _positive_block(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"block_bytes must be >= 1 byte, got {value}")
+        return value
+
+    @field_validator("pack_threshold_bytes", "pack_target_bytes")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"pack sizes must be >= 0 bytes, got {value}")
         return value
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
@@ -40,7 +41,7 @@ from tierload.errors import ConfigError, ServiceError, StreamNotOpenError
 from tierload.gpu import DeviceOutput
 from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUT_NAMES
-from tierload.manifest import Manifest, cache_path, load_manifest
+from tierload.manifest import Manifest, cache_path, load_manifest, open_manifest
 from tierload.order import (
     SHUFFLE_MODES,
     epoch_order,
@@ -167,6 +168,7 @@ class TieredDataset(IterableDataset):
         # node cache, blocks read without it, streams reopened.
         self.consumer_stats: Counter = Counter()
         self._manifest: Manifest | None = None
+        self._manifest_path: Path | None = None
         self._endpoint: Endpoint | None = None
         self._link: NodeLink | None = None
         self._decoder: BlockDecoder | None = None
@@ -189,6 +191,11 @@ class TieredDataset(IterableDataset):
         source = ColdSource(self._cold, self.config.cold)
         previous = self._cached_keys(source) if self.refresh_manifest else set()
         self._manifest = load_manifest(source, self.config.manifest, self.layout, refresh=self.refresh_manifest)
+        self._manifest_path = cache_path(source, self.config.manifest, self.layout)
+        if self.shuffle == "sample" and self._manifest.num_packs:
+            log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
+                        "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
+                        "epoch (docs/packs.md)", self._manifest.num_packs)
         self._endpoint = node_endpoint(self.config)
         self._link = NodeLink(self._endpoint)
         self._register()
@@ -203,7 +210,7 @@ class TieredDataset(IterableDataset):
     def _cached_keys(self, source: ColdSource) -> set[str]:
         path = cache_path(source, self.config.manifest, self.layout)
         try:
-            return {block.key for block in Manifest.from_json(path.read_text(encoding="utf-8")).blocks}
+            return {block.key for block in open_manifest(path).blocks}
         except (OSError, ValueError, KeyError):
             return set()
 
@@ -213,6 +220,9 @@ class TieredDataset(IterableDataset):
         assert client is not None and manifest is not None, "start() sets both"
         if client.call("has_dataset", manifest.dataset_id):
             return
+        if self._manifest_path is not None and client.call("register_dataset", DatasetRegistration(
+                manifest.dataset_id, self._cold, BlockTable.of([]), manifest_path=str(self._manifest_path))):
+            return  # the cache mapped the same manifest file
         client.call("register_dataset", DatasetRegistration(manifest.dataset_id, self._cold,
                                                             BlockTable.of(manifest.blocks)))
 

@@ -1,7 +1,8 @@
 """The manifest: every block and sample of a dataset, built once by listing the cold prefix.
 
-It is cached as JSON under ``manifest.cache_dir`` (keyed by URL, layout and endpoint) so a
-second start does not list again; ``refresh=True`` (``tierload manifest --refresh``) lists anew.
+It is cached as an Arrow IPC file under ``manifest.cache_dir`` (keyed by URL, layout, endpoint,
+block and pack sizes) and memory-mapped when read, so a second start does not list again;
+``refresh=True`` (``tierload manifest --refresh``) lists anew.
 A changed object gets a new block key (the key includes the ETag), so a refreshed manifest
 can never be served an old cached copy.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 from tierload.blocks import Block
@@ -25,10 +27,11 @@ from tierload.config import ManifestConfig
 from tierload.errors import ManifestError
 from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUTS, layout_spec
+from tierload.packs import PackIndex, PackMembers
 from tierload.stores.cold import ColdSource, ObjectInfo
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def _encode_array(array: np.ndarray) -> dict[str, str]:
@@ -87,6 +90,18 @@ class Manifest:
             self._dataset_id = digest.hexdigest()[:24]
         return self._dataset_id
 
+    @property
+    def pack_index(self) -> PackIndex:
+        """Where each sample lies inside its block (layouts with one sample per object)."""
+        if not hasattr(self, "_pack_index"):
+            self._pack_index = PackIndex.of(self.blocks)
+        return self._pack_index
+
+    @property
+    def num_packs(self) -> int:
+        """Blocks that are packs of small objects."""
+        return sum(1 for block in self.blocks if block.members is not None)
+
     def decoder(self, label_column: str | None = "label", columns: list[str] | None = None) -> BlockDecoder:
         """The block decoder for this layout (see :mod:`tierload.layouts.registry`)."""
         return layout_spec(self.layout).decoder(self, label_column, columns)
@@ -100,6 +115,9 @@ class Manifest:
             "sample_block": _encode_array(self.sample_block), "sample_index": _encode_array(self.sample_index),
             "labels": _encode_array(self.labels), "classes": self.classes, "extra": self.extra,
             "skipped": self.skipped,
+            "packs": {str(index): [b.members.urls.to_pylist(), b.members.versions.to_pylist(),
+                                   b.members.sizes.tolist()]
+                      for index, b in enumerate(self.blocks) if b.members is not None},
         })
 
     @classmethod
@@ -108,12 +126,101 @@ class Manifest:
         if data.get("format") != FORMAT_VERSION:
             raise ManifestError(f"cached manifest has format {data.get('format')!r}, expected {FORMAT_VERSION}")
         columns = data["blocks"]
-        blocks = [Block(*row) for row in zip(columns["key"], columns["url"], columns["version"],
-                                             columns["offset"], columns["length"], strict=False)]
+        packs = {int(index): PackMembers.of(urls, versions, sizes)
+                 for index, (urls, versions, sizes) in data["packs"].items()}
+        blocks = [Block(*row, packs.get(index)) for index, row in enumerate(zip(
+            columns["key"], columns["url"], columns["version"], columns["offset"], columns["length"], strict=True))]
         return cls(url=data["url"], layout=data["layout"], blocks=blocks,
                    sample_block=_decode_array(data["sample_block"]), sample_index=_decode_array(data["sample_index"]),
                    labels=_decode_array(data["labels"]), classes=data["classes"], extra=data["extra"],
                    skipped=data["skipped"], created_at=data["created_at"])
+
+
+def _one_row(values: pa.Array) -> pa.Array:
+    """``values`` as the single row of a large-list column (columns of any length share one table)."""
+    return pa.LargeListArray.from_arrays(pa.array([0, len(values)], pa.int64()), values)
+
+
+def save_manifest(manifest: Manifest, path: Path) -> None:
+    """Write ``manifest`` as an Arrow IPC file (one row; every column a list), atomically.
+
+    The file is what :func:`open_manifest` maps: sample arrays and pack members are read from it
+    in place, never parsed.
+    """
+    packs = [index for index, block in enumerate(manifest.blocks) if block.members is not None]
+    members = [manifest.blocks[index].members for index in packs]
+    pack_first = np.zeros(len(packs) + 1, dtype=np.int64)
+    np.cumsum([len(m) for m in members if m is not None], out=pack_first[1:])
+    strings = pa.large_string()
+    columns = {
+        "sample_block": pa.array(manifest.sample_block, pa.int32()),
+        "sample_index": pa.array(manifest.sample_index, pa.int32()),
+        "labels": pa.array(manifest.labels, pa.int64()),
+        "block_key": pa.array([b.key for b in manifest.blocks], strings),
+        "block_url": pa.array([b.url for b in manifest.blocks], strings),
+        "block_version": pa.array([b.version for b in manifest.blocks], strings),
+        "block_offset": pa.array([b.offset for b in manifest.blocks], pa.int64()),
+        "block_length": pa.array([b.length for b in manifest.blocks], pa.int64()),
+        "pack_block": pa.array(packs, pa.int64()),
+        "pack_first": pa.array(pack_first, pa.int64()),
+        "member_url": pa.concat_arrays([m.urls.cast(strings) for m in members if m is not None] or
+                                       [pa.array([], strings)]),
+        "member_version": pa.concat_arrays([m.versions.cast(strings) for m in members if m is not None] or
+                                           [pa.array([], strings)]),
+        "member_size": pa.array(np.concatenate([m.sizes for m in members if m is not None] or
+                                               [np.zeros(0, np.int64)]), pa.int64()),
+    }
+    meta = {"format": FORMAT_VERSION, "url": manifest.url, "layout": manifest.layout,
+            "created_at": manifest.created_at, "classes": manifest.classes, "extra": manifest.extra,
+            "skipped": manifest.skipped}
+    table = pa.table({name: _one_row(values) for name, values in columns.items()},
+                     metadata={"tierload": json.dumps(meta)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+
+
+def open_manifest(path: str | os.PathLike) -> Manifest:
+    """Map a manifest written by :func:`save_manifest` (a JSON manifest is read as text).
+
+    Sample arrays are read-only numpy views of the mapped file and pack members Arrow slices of
+    it, so processes that open (or fork from) the same file share its pages.
+
+    Raises:
+        OSError: The file cannot be read.
+        ManifestError: It is not a tierload manifest of this format.
+    """
+    with open(path, "rb") as handle:
+        magic = handle.read(6)
+    if magic != b"ARROW1":
+        return Manifest.from_json(Path(path).read_text(encoding="utf-8"))
+    try:
+        table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        meta = json.loads((table.schema.metadata or {})[b"tierload"])
+    except (pa.ArrowInvalid, KeyError, ValueError) as exc:
+        raise ManifestError(f"{str(path)!r} is not a tierload manifest: {exc}") from None
+    if meta.get("format") != FORMAT_VERSION:
+        raise ManifestError(f"cached manifest has format {meta.get('format')!r}, expected {FORMAT_VERSION}")
+
+    def column(name: str) -> pa.Array:
+        return table.column(name).chunk(0).values
+
+    def numbers(name: str) -> np.ndarray:
+        return column(name).to_numpy(zero_copy_only=True)
+
+    urls, versions, sizes = column("member_url"), column("member_version"), numbers("member_size")
+    pack_first = numbers("pack_first")
+    packs = {int(block): PackMembers(urls.slice(lo, hi - lo), versions.slice(lo, hi - lo), sizes[lo:hi])
+             for block, lo, hi in zip(numbers("pack_block").tolist(), pack_first[:-1].tolist(),
+                                      pack_first[1:].tolist(), strict=True)}
+    rows = zip(column("block_key").to_pylist(), column("block_url").to_pylist(), column("block_version").to_pylist(),
+               numbers("block_offset").tolist(), numbers("block_length").tolist(), strict=True)
+    blocks = [Block(*row, packs.get(index)) for index, row in enumerate(rows)]
+    return Manifest(url=meta["url"], layout=meta["layout"], blocks=blocks, sample_block=numbers("sample_block"),
+                    sample_index=numbers("sample_index"), labels=numbers("labels"), classes=meta["classes"],
+                    extra=meta["extra"], skipped=meta["skipped"], created_at=meta["created_at"])
 
 
 def detect_layout(objects: list[ObjectInfo], config: ManifestConfig) -> str:
@@ -155,11 +262,12 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
 
 
 def cache_path(source: ColdSource, config: ManifestConfig, layout: str | None) -> Path:
-    """Where the cached manifest of this (URL, layout, endpoint, block size) lives."""
+    """Where the cached manifest of this (URL, layout, endpoint, block and pack sizes) lives."""
     endpoint = str(source.storage_options.get("client_kwargs", {}).get("endpoint_url", ""))
     ident = xxhash.xxh3_64_hexdigest(
-        f"{source.url}\x00{layout or config.layout}\x00{endpoint}\x00{config.block_bytes}".encode())
-    return Path(os.path.expanduser(config.cache_dir)) / f"{ident}.json"
+        f"{source.url}\x00{layout or config.layout}\x00{endpoint}\x00{config.block_bytes}\x00"
+        f"{config.pack_threshold_bytes}\x00{config.pack_target_bytes}".encode())
+    return Path(os.path.expanduser(config.cache_dir)) / f"{ident}.arrow"
 
 
 def load_manifest(source: ColdSource, config: ManifestConfig, layout: str | None = None,
@@ -175,12 +283,9 @@ def load_manifest(source: ColdSource, config: ManifestConfig, layout: str | None
     path = cache_path(source, config, layout)
     if not refresh and path.is_file():
         try:
-            return Manifest.from_json(path.read_text(encoding="utf-8"))
-        except (ValueError, KeyError) as exc:
+            return open_manifest(path)
+        except (ValueError, KeyError, ManifestError) as exc:
             log.warning("cached manifest %s is unreadable (%s); listing again", path, exc)
     manifest = build_manifest(source, config, layout)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(manifest.to_json(), encoding="utf-8")
-    os.replace(tmp, path)
+    save_manifest(manifest, path)
     return manifest

@@ -65,7 +65,8 @@ def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int 
         "hot": {"dir": f"{workdir}/hot/{{node}}", "capacity_bytes": int(SAMPLES * stored * per_node_fraction),
                 "peer_timeout_s": 3.0},
         "warm": {"url": f"{workdir}/warm" if warm else None, "capacity_bytes": SAMPLES * stored * 2},
-        "manifest": {"cache_dir": f"{workdir}/manifests"},
+        # One block per object: capacities above are sized in objects (packs: tests/test_packs.py).
+        "manifest": {"cache_dir": f"{workdir}/manifests", "pack_target_bytes": 0},
         "prefetch": {"depth_blocks": depth_blocks},
     }
     trainers = [Trainer.options(resources={f"node{i}": 0.01}).remote(i, "s3://multinode/ds", config,

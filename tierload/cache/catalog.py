@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from tierload.blocks import Block
+from tierload.packs import read_cold, read_cold_async
 from tierload.stores.cold import ColdSource
 
 
@@ -55,3 +56,17 @@ class BlockCatalog:
     def source_of(self, key: str) -> ColdSource:
         """The cold source of the first dataset that registered ``key``."""
         return self._datasets[self.key_owners[key][0][0]].source
+
+    def read_cold(self, key: str, tally: dict | None = None) -> bytes:
+        """The raw bytes of block ``key`` from its cold source (a pack's members concurrently).
+
+        Raises:
+            KeyError: No registered dataset has ``key``.
+            SourceChangedError: The object, or a pack member, changed since the manifest was built.
+            BackendError: The cold tier failed.
+        """
+        return read_cold(self.source_of(key), self._blocks[key], tally)
+
+    async def read_cold_async(self, key: str, tally: dict | None = None) -> bytes:
+        """:meth:`read_cold`, awaitable on the node cache's fetch loop."""
+        return await read_cold_async(self.source_of(key), self._blocks[key], tally)

@@ -26,6 +26,7 @@ from tierload.cache.channel import ChannelClient
 from tierload.cache.messages import Endpoint
 from tierload.config import TierloadConfig
 from tierload.errors import ChannelLostError, IntegrityError, StreamNotOpenError
+from tierload.packs import read_cold
 from tierload.stores.cold import ColdLocation, ColdSource
 from tierload.stores.local import LocalDirStore
 from tierload.stores.registry import open_store
@@ -58,8 +59,7 @@ class DirectSource:
                 return decode_frame(key, self.warm.read(key))[0]
             except (KeyError, IntegrityError):
                 pass
-        block = self.blocks[key]
-        return self.cold.read(block.url, block.version, block.offset, block.length)
+        return read_cold(self.cold, self.blocks[key])
 
 
 class NodeLink:

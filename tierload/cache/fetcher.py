@@ -291,8 +291,7 @@ class Fetcher:
             found = await self._blocking_call(self._read_peer_or_warm, key, tally)
             if found is not None:
                 return found
-        source = self._catalog.source_of(key)
-        raw = await source.read_async(block.url, block.version, block.offset, block.length, tally=tally)
+        raw = await self._catalog.read_cold_async(key, tally)
         return raw, checksum(raw), "cold"
 
     def _place(self, key: str, raw: bytes, digest: int, source: str) -> int | None:

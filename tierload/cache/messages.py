@@ -8,7 +8,7 @@ tierload releases that disagree fail with a :class:`~tierload.errors.MessageErro
 both versions instead of a ``KeyError`` deep inside a thread.
 
     StreamPlan           consumer -> node cache   a rank's block sequence for one epoch
-    DatasetRegistration  consumer -> node cache   a dataset's cold location and its BlockTable
+    DatasetRegistration  consumer -> node cache   a dataset's cold location; its manifest file or BlockTable
     SyncReport           node cache -> coordinator  what the node learned since its last sync
     SyncAnswer           coordinator -> node cache  warm admissions and holder-map changes
     Endpoint             node cache -> consumers  where the cache listens (also as a JSON file)
@@ -23,6 +23,7 @@ import numpy as np
 
 from tierload.blocks import Block
 from tierload.errors import MessageError
+from tierload.packs import PackMembers
 from tierload.stores.cold import ColdLocation
 
 M = TypeVar("M", bound="Message")
@@ -89,6 +90,7 @@ class BlockTable(Message):
     Attributes:
         keys, urls, versions: Tier key, source URL and source version of each block.
         offsets, lengths: int64 arrays (blocks,): byte range of each block in its object.
+        members: ``{block index: PackMembers}`` for the blocks that are packs.
         version: Shape of this message.
     """
 
@@ -97,6 +99,7 @@ class BlockTable(Message):
     versions: tuple[str, ...]
     offsets: np.ndarray
     lengths: np.ndarray
+    members: dict[int, PackMembers] = field(default_factory=dict)
     version: int = 1
 
     def __post_init__(self) -> None:
@@ -113,15 +116,17 @@ class BlockTable(Message):
         """The table of ``blocks`` (in their order)."""
         return cls(tuple(b.key for b in blocks), tuple(b.url for b in blocks), tuple(b.version for b in blocks),
                    np.fromiter((b.offset for b in blocks), np.int64, len(blocks)),
-                   np.fromiter((b.length for b in blocks), np.int64, len(blocks)))
+                   np.fromiter((b.length for b in blocks), np.int64, len(blocks)),
+                   {index: b.members for index, b in enumerate(blocks) if b.members is not None})
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def blocks(self) -> list[Block]:
         """The blocks again, in their order."""
-        return [Block(key, url, version, int(offset), int(length)) for key, url, version, offset, length in
-                zip(self.keys, self.urls, self.versions, self.offsets.tolist(), self.lengths.tolist(), strict=True)]
+        rows = zip(self.keys, self.urls, self.versions, self.offsets.tolist(), self.lengths.tolist(), strict=True)
+        return [Block(key, url, version, int(offset), int(length), self.members.get(index))
+                for index, (key, url, version, offset, length) in enumerate(rows)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,13 +136,16 @@ class DatasetRegistration(Message):
     Attributes:
         dataset_id: The manifest's dataset id.
         cold: The dataset's cold location (its options stay out of every ``repr``).
-        blocks: The dataset's blocks.
+        blocks: The dataset's blocks (may be empty when ``manifest_path`` names them).
+        manifest_path: The dataset's cached manifest file on this node, which the cache maps
+            instead of receiving the blocks (None: the blocks travel in ``blocks``).
         version: Shape of this message.
     """
 
     dataset_id: str
     cold: ColdLocation
     blocks: BlockTable
+    manifest_path: str | None = None
     version: int = 1
 
 

@@ -27,6 +27,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from tierload.blockfile import HEADER_SIZE, FrameFormat, encode_frame, parse_header, recode
+from tierload.blocks import Block
 from tierload.cache.accounting import NodeAccounting
 from tierload.cache.catalog import BlockCatalog
 from tierload.cache.channel import ChannelServer
@@ -134,17 +135,27 @@ class NodeCache:
         with self._cond:
             return dataset_id in self._catalog
 
-    def register_dataset(self, registration: DatasetRegistration) -> None:
+    def register_dataset(self, registration: DatasetRegistration) -> bool:
         """Tell the cache the blocks of a dataset (once per dataset; idempotent).
+
+        Returns:
+            False if the registration names a manifest file this cache cannot map, or one of
+            another dataset (send the blocks instead); True once the dataset is known.
 
         Raises:
             MessageError: ``registration`` is not a :class:`DatasetRegistration` of this release.
         """
         registration = DatasetRegistration.received(registration)
-        blocks = BlockTable.received(registration.blocks).blocks()
+        if registration.manifest_path is not None:
+            blocks = _mapped_blocks(registration.manifest_path, registration.dataset_id)
+            if blocks is None:
+                return False
+        else:
+            blocks = BlockTable.received(registration.blocks).blocks()
         source = ColdSource(registration.cold, self.config.cold)
         with self._cond:
             self._catalog.add(registration.dataset_id, blocks, source)
+        return True
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
                     plan: StreamPlan | None = None) -> bool:
@@ -338,3 +349,15 @@ class NodeCache:
         if self._hot.drop(key):
             log.warning("hot block %s failed its checksum on read; dropped, refetching", key)
             self._accounting.tally(stream, {"integrity_failures": 1})
+
+
+def _mapped_blocks(path: str, dataset_id: str) -> list[Block] | None:
+    """The blocks of the manifest file at ``path`` if it holds ``dataset_id``, else None."""
+    from tierload.manifest import open_manifest
+
+    try:
+        manifest = open_manifest(path)
+    except (OSError, ValueError, KeyError) as exc:  # ManifestError is a ValueError
+        log.info("manifest %s cannot be mapped here (%s); the blocks will be sent", path, exc)
+        return None
+    return manifest.blocks if manifest.dataset_id == dataset_id else None

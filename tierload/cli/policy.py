@@ -108,7 +108,8 @@ def validate(file: str) -> None:
                    "instead of generating one.")
 @click.option("--dataset", default="10000", show_default=True,
               help="Number of blocks, a dataset URL (s3://bucket/prefix: block count and sizes from its "
-                   "manifest, listed with FILE's cold settings and cached), or a manifest JSON file.")
+                   "manifest, listed with FILE's cold settings and cached), or a manifest file (tierload's "
+                   "cached manifest: .arrow, or JSON).")
 @click.option("--layout", default=None, help="Layout of a --dataset URL [default: manifest.layout of FILE].")
 @click.option("--block-size", default="1MiB", show_default=True, help="Size of each block (mean, with --size-spread).")
 @click.option("--size-spread", default=0.0, show_default=True, type=click.FloatRange(0, 5),

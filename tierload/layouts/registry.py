@@ -51,13 +51,15 @@ class LayoutSpec:
 def _plan_imagefolder(source: ColdSource, objects: list[ObjectInfo], config: ManifestConfig) -> LayoutPlan:
     from tierload.layouts.objects import plan_objects
 
-    return plan_objects(source.url, objects, extensions=tuple(e.lower() for e in config.extensions), skip_empty=True)
+    return plan_objects(source.url, objects, extensions=tuple(e.lower() for e in config.extensions), skip_empty=True,
+                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes)
 
 
 def _plan_files(source: ColdSource, objects: list[ObjectInfo], config: ManifestConfig) -> LayoutPlan:
     from tierload.layouts.objects import plan_objects
 
-    return plan_objects(source.url, objects, extensions=None, skip_empty=False)
+    return plan_objects(source.url, objects, extensions=None, skip_empty=False,
+                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes)
 
 
 def _plan_parquet(source: ColdSource, objects: list[ObjectInfo], config: ManifestConfig) -> LayoutPlan:
@@ -81,13 +83,13 @@ def _plan_npy(source: ColdSource, objects: list[ObjectInfo], config: ManifestCon
 def _image_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.layouts.objects import ImageDecoder
 
-    return ImageDecoder(manifest.labels)
+    return ImageDecoder(manifest.labels, manifest.pack_index)
 
 
 def _raw_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.layouts.objects import RawDecoder
 
-    return RawDecoder(manifest.labels)
+    return RawDecoder(manifest.labels, manifest.pack_index)
 
 
 def _parquet_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:

@@ -89,17 +89,17 @@ class DatasetShape:
 
     @classmethod
     def from_manifest(cls, path: str | os.PathLike) -> "DatasetShape":
-        """The shape of a dataset from a cached manifest JSON file (see :mod:`tierload.manifest`).
+        """The shape of a dataset from a cached manifest file (Arrow IPC, or JSON) (see :mod:`tierload.manifest`).
 
         Raises:
             ConfigError: The file is missing or is not a tierload manifest.
         """
         from tierload.errors import ManifestError
-        from tierload.manifest import Manifest
+        from tierload.manifest import open_manifest
 
         file = Path(path).expanduser()
         try:
-            manifest = Manifest.from_json(file.read_text(encoding="utf-8"))
+            manifest = open_manifest(file)
         except FileNotFoundError:
             raise ConfigError(f"manifest file {str(file)!r} does not exist") from None
         except (ValueError, KeyError, ManifestError) as exc:

@@ -1,0 +1,193 @@
+"""Packs: many small objects stored, moved and counted as one tier block.
+
+Objects below ``manifest.pack_threshold_bytes`` are grouped at listing time, neighbours in
+listing order, into packs of about ``manifest.pack_target_bytes``. A pack's raw bytes are its
+members' bytes concatenated; its key derives from every member's URL, version and size, so a
+changed member gives a new key after a refresh and the old manifest's pack fails with
+:class:`tierload.errors.SourceChangedError` like a plain block. The cold read of any block,
+plain or pack, goes through :func:`read_cold`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from tierload.keys import block_key
+
+if TYPE_CHECKING:
+    from tierload.blocks import Block
+    from tierload.stores.cold import ColdSource, ObjectInfo
+
+
+@dataclass(frozen=True, eq=False)
+class PackMembers:
+    """The source objects of one pack, in pack order, as columns (no Python object per member).
+
+    Attributes:
+        urls: Arrow large_string array (members,): source URL of each member.
+        versions: Arrow large_string array (members,): source version (ETag or ``mtime-size``) of
+            each member at listing time.
+        sizes: int64 array (members,): size in bytes of each member (0 for an empty object).
+    """
+
+    urls: pa.Array
+    versions: pa.Array
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, urls: Sequence[str], versions: Sequence[str], sizes: Sequence[int]) -> "PackMembers":
+        """Members from Python sequences of equal length.
+
+        Raises:
+            ValueError: The sequences differ in length.
+        """
+        if not len(urls) == len(versions) == len(sizes):
+            raise ValueError(f"pack columns differ in length: urls={len(urls)}, versions={len(versions)}, "
+                             f"sizes={len(sizes)}")
+        return cls(pa.array(urls, pa.large_string()), pa.array(versions, pa.large_string()),
+                   np.asarray(sizes, dtype=np.int64))
+
+    def rows(self) -> list[tuple[str, str, int]]:
+        """``(url, version, size)`` of each member, as Python values (built on demand)."""
+        return list(zip(self.urls.to_pylist(), self.versions.to_pylist(), self.sizes.tolist(), strict=True))
+
+    def __reduce__(self):
+        # Compact copies: a slice of a memory-mapped manifest would otherwise pickle the whole column.
+        return PackMembers, (pa.concat_arrays([self.urls]), pa.concat_arrays([self.versions]),
+                             np.array(self.sizes, dtype=np.int64))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PackMembers):
+            return NotImplemented
+        return (self.urls.equals(other.urls) and self.versions.equals(other.versions)
+                and np.array_equal(self.sizes, other.sizes))
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def total_bytes(self) -> int:
+        """Size of the pack in bytes."""
+        return int(self.sizes.sum())
+
+    @property
+    def first_url(self) -> str:
+        """The first member's URL (a pack's block carries it, for logs and its key's slug)."""
+        return str(self.urls[0].as_py())
+
+    def digest(self) -> str:
+        """A version of the pack as a whole: changes when any member's URL, version or size does."""
+        hasher = xxhash.xxh3_128()
+        for url, version, size in self.rows():
+            hasher.update(f"{url}\x00{version}\x00{size}\n".encode())
+        return f"pack-{hasher.hexdigest()}"
+
+    def key(self) -> str:
+        """The pack's tier key (see :mod:`tierload.keys`); its slug is the first member's name."""
+        return block_key(self.first_url, self.digest(), 0, self.total_bytes)
+
+
+def group_objects(objects: Sequence[ObjectInfo], threshold_bytes: int, target_bytes: int) -> list[range]:
+    """Cut a listing into runs: each run is one block (one object, or a pack of small neighbours).
+
+    A pack takes consecutive objects smaller than ``threshold_bytes`` until adding the next
+    would pass ``target_bytes``; a larger object closes it and stays a block of its own.
+
+    Args:
+        objects: The kept objects, in listing order.
+        threshold_bytes: Objects of at least this size are never packed.
+        target_bytes: About how large a pack grows; 0 disables packing.
+
+    Returns:
+        Index ranges into ``objects`` covering it in order, one per block.
+    """
+    runs: list[range] = []
+    start, filled, packing = 0, 0, False
+    for index, obj in enumerate(objects):
+        packable = target_bytes > 0 and obj.size < threshold_bytes
+        if index > start and not (packing and packable and filled + obj.size <= target_bytes):
+            runs.append(range(start, index))
+            start, filled = index, 0
+        packing = packable
+        filled += obj.size
+    if objects:
+        runs.append(range(start, len(objects)))
+    return runs
+
+
+def cold_requests(block: Block) -> list[tuple[str, str, int, int]]:
+    """The ``(url, version, offset, length)`` ranges that make up ``block``: its byte range, or
+    each of a pack's members whole, in pack order."""
+    members = block.members
+    if members is None:
+        return [(block.url, block.version, block.offset, block.length)]
+    return [(url, version, 0, size) for url, version, size in members.rows()]
+
+
+def read_cold(source: ColdSource, block: Block, tally: dict | None = None) -> bytes:
+    """The raw bytes of ``block`` from the cold tier: one ranged read, or a pack's members concurrently.
+
+    Raises:
+        SourceChangedError: The object (or a pack member) changed since the manifest was built.
+        SourceNotFoundError, EndpointUnreachableError, BackendError, TransientBackendError.
+    """
+    parts = source.read_ranges(cold_requests(block), tally=tally)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def read_cold_async(source: ColdSource, block: Block, tally: dict | None = None) -> bytes:
+    """:func:`read_cold` awaitable from any event loop (the node cache's fetch loop).
+
+    Raises:
+        As :func:`read_cold`.
+    """
+    parts = await source.read_ranges_async(cold_requests(block), tally=tally)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+@dataclass(frozen=True)
+class PackIndex:
+    """Where each sample lies inside its block, for layouts with one sample per object.
+
+    A plain block holds one member; a pack holds several, in pack order. Samples and members
+    are the same sequence (listing order), so block ``b`` holds samples ``first[b]:first[b+1]``.
+
+    Attributes:
+        first: int64 (blocks + 1,): index of each block's first member; the last entry is the
+            number of members.
+        starts: int64 (members,): first byte of each member inside its block.
+        ends: int64 (members,): one past the last byte of each member inside its block.
+    """
+
+    first: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, blocks: Sequence[Block]) -> "PackIndex":
+        """The index of ``blocks`` (each a plain block of one object, or a pack)."""
+        counts = np.fromiter((1 if b.members is None else len(b.members) for b in blocks), np.int64, len(blocks))
+        first = np.zeros(len(blocks) + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
+        sizes = np.empty(int(first[-1]), dtype=np.int64)
+        for index, block in enumerate(blocks):
+            sizes[first[index]:first[index + 1]] = block.length if block.members is None else block.members.sizes
+        before = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=before[1:])
+        # offsets restart at 0 in every block: subtract the bytes of the blocks before it
+        starts = before[:-1] - np.repeat(before[first[:-1]], counts)
+        return cls(first, starts, starts + sizes)
+
+    def span(self, block_index: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(first member, starts, ends)`` of one block's members."""
+        lo, hi = int(self.first[block_index]), int(self.first[block_index + 1])
+        return lo, self.starts[lo:hi], self.ends[lo:hi]
+
