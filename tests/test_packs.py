@@ -195,3 +195,19 @@ def test_a_node_cache_maps_the_manifest_file_named_in_a_registration(tmp_path):
     assert _mapped_blocks(str(tmp_path / "m.arrow"), manifest.dataset_id) == manifest.blocks
     assert _mapped_blocks(str(tmp_path / "m.arrow"), "another-dataset") is None  # the blocks are sent instead
     assert _mapped_blocks(str(tmp_path / "missing.arrow"), manifest.dataset_id) is None
+
+
+def test_packs_are_never_larger_than_a_sixteenth_of_the_hot_tier():
+    from tierload.config import load_config
+    from tierload.packs import PACKS_PER_HOT_TIER, manifest_settings
+
+    roomy = load_config({"hot": {"capacity_bytes": "1GiB"}, "manifest": {"pack_target_bytes": "8MiB"}})
+    assert manifest_settings(roomy) is roomy.manifest
+    small = load_config({"hot": {"capacity_bytes": "64KiB"}, "manifest": {"pack_target_bytes": "8MiB"}})
+    settings = manifest_settings(small)
+    assert settings.pack_target_bytes == 64 * 1024 // PACKS_PER_HOT_TIER
+    assert settings.pack_threshold_bytes == small.manifest.pack_threshold_bytes
+    off = load_config({"hot": {"capacity_bytes": "64KiB"}, "manifest": {"pack_target_bytes": 0}})
+    assert manifest_settings(off).pack_target_bytes == 0  # packing off stays off
+    no_hot = load_config({"hot": {"capacity_bytes": 0}, "manifest": {"pack_target_bytes": "8MiB"}})
+    assert manifest_settings(no_hot) is no_hot.manifest  # no hot tier to fit

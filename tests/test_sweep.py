@@ -95,7 +95,9 @@ def test_cli_sweep_prints_json_and_writes_the_chart(tmp_path):
 def test_dataset_from_an_s3_listing(s3, bucket, tmp_path):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 12, size=1000)
-    data = {"cold": {"storage_options": s3.storage_options}, "manifest": {"cache_dir": str(tmp_path / "manifests")}}
+    # One block per object here (packing off): the listing's own sizes reach the simulator.
+    data = {"cold": {"storage_options": s3.storage_options},
+            "manifest": {"cache_dir": str(tmp_path / "manifests"), "pack_target_bytes": 0}}
     shape = dataset_shape(f"s3://{name}/ds", load_config(data), block_bytes=1)
     assert shape.num_blocks == 12 and shape.block_bytes.tolist() == [1000] * 12
     assert shape.name == f"s3://{name}/ds"

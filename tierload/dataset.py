@@ -50,6 +50,7 @@ from tierload.order import (
     reuse_gap,
     samples_per_rank,
 )
+from tierload.packs import manifest_settings
 from tierload.resume import ResumeTracker
 from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
 from tierload.stores.cold import ColdLocation, ColdSource
@@ -190,8 +191,9 @@ class TieredDataset(IterableDataset):
 
         source = ColdSource(self._cold, self.config.cold)
         previous = self._cached_keys(source) if self.refresh_manifest else set()
-        self._manifest = load_manifest(source, self.config.manifest, self.layout, refresh=self.refresh_manifest)
-        self._manifest_path = cache_path(source, self.config.manifest, self.layout)
+        settings = manifest_settings(self.config)
+        self._manifest = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
+        self._manifest_path = cache_path(source, settings, self.layout)
         if self.shuffle == "sample" and self._manifest.num_packs:
             log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
                         "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
@@ -208,7 +210,7 @@ class TieredDataset(IterableDataset):
         return self
 
     def _cached_keys(self, source: ColdSource) -> set[str]:
-        path = cache_path(source, self.config.manifest, self.layout)
+        path = cache_path(source, manifest_settings(self.config), self.layout)
         try:
             return {block.key for block in open_manifest(path).blocks}
         except (OSError, ValueError, KeyError):

@@ -26,9 +26,10 @@ def shape_from_listing(url: str, config: TierloadConfig, *, layout: str | None =
         BackendError: The listing failed.
     """
     from tierload.manifest import load_manifest
+    from tierload.packs import manifest_settings
     from tierload.stores.cold import ColdSource
 
-    manifest = load_manifest(ColdSource(url, config.cold), config.manifest, layout, refresh=refresh)
+    manifest = load_manifest(ColdSource(url, config.cold), manifest_settings(config), layout, refresh=refresh)
     sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)
     return DatasetShape(manifest.sample_block.astype(np.int64), sizes, manifest.url)
 
