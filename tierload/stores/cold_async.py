@@ -7,6 +7,10 @@ many threads or coroutines ask. Per request: ``If-Match`` on the recorded ETag (
 object is :class:`~tierload.errors.SourceChangedError`), ranges never longer than
 ``cold.max_request_bytes``, a short body retried as transient, credentials refreshed once on
 ``ExpiredToken``. Errors are translated by :func:`tierload.stores.cold.translate_error`.
+
+Each GET goes the lean way where it can (:mod:`tierload.stores.s3_lean`: botocore's signer and
+one shared aiohttp pool, a small fraction of aiobotocore's CPU per request), else through
+aiobotocore (``cold.lean_gets=False``, or options the lean path does not reproduce).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tierload.errors import CredentialsExpiredError, TransientBackendError
+from tierload.stores import s3_lean
 
 if TYPE_CHECKING:
     from tierload.stores.cold import ColdSource
@@ -139,9 +144,22 @@ class S3RangeReader:
             return data
 
     async def _get_object(self, bucket: str, key: str, version: str, start: int, end: int) -> bytes:
+        if_match = version if version.startswith('"') else None
+        fs, config = self._source.fs, self._source.config
+        route = await s3_lean.route_for(fs, bucket) if config.lean_gets else None
+        if route is not None:
+            try:
+                return await s3_lean.get(route, s3_lean.shared_session(config.max_in_flight), key, start, end,
+                                         if_match)
+            except s3_lean.WrongRegionError as exc:
+                await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))
+        return await self._get_object_aiobotocore(bucket, key, if_match, start, end)
+
+    async def _get_object_aiobotocore(self, bucket: str, key: str, if_match: str | None, start: int,
+                                      end: int) -> bytes:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if version.startswith('"'):
-            kwargs["IfMatch"] = version
+        if if_match:
+            kwargs["IfMatch"] = if_match
         if end > start:
             kwargs["Range"] = f"bytes={start}-{end - 1}"
         response = await self._source.fs._call_s3("get_object", **kwargs)
