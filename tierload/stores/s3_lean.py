@@ -4,9 +4,9 @@ aiobotocore spends ~1 ms of CPU per ``get_object`` (parameter validation, endpoi
 event hooks, user agent, response parsing), which caps a process near 800 GETs/s. A GET of a
 byte range needs none of that per request: where to send it and how to sign it are the same
 for every key of a bucket. So, per (client, bucket), the client itself is asked once for a
-presigned URL of a probe key (:func:`route_for`): its address gives the URL prefix exactly as
-the client would build it (endpoint, region, path-style or virtual-host addressing) and its
-credential scope the signing region and service, or shows that requests go unsigned
+GetObject of a probe key through its own endpoint rules (:func:`route_for`; nothing is sent):
+they give the URL prefix exactly as the client would build it (endpoint, region, path-style or
+virtual-host addressing) and the signing region and service, or show that requests go unsigned
 (anonymous access). Each GET is then signed with botocore's own ``S3SigV4Auth`` over the
 client's own credentials object (frozen per request, so refreshable credentials stay
 refreshable) and sent on one shared ``aiohttp.ClientSession`` per process and event loop.
@@ -14,8 +14,8 @@ refreshable) and sent on one shared ``aiohttp.ClientSession`` per process and ev
 What this path does not handle is left to aiobotocore, decided once per filesystem or bucket,
 never per failed request (:func:`unsupported_reason`, :func:`route_for`): options that add
 headers or change transport (``s3_additional_kwargs``, requester pays, ``verify``, proxies in
-the botocore config, payload or checksum settings, ...), signatures other than SigV4 or none
-(SigV2, SigV4a, S3 Express sessions), probe URLs whose key is not at the end of the path, and a
+the botocore config or the environment, payload or checksum settings, ...), signatures other than SigV4 or none
+(SigV2, SigV4a, S3 Express sessions), endpoint rules that add headers or a query, and a
 bucket that answers with a redirect to another region (botocore follows those).
 """
 
@@ -25,13 +25,15 @@ import asyncio
 import atexit
 import logging
 import os
+import urllib.request
 import weakref
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 from xml.etree import ElementTree
 
 import aiohttp
+from botocore import UNSIGNED
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.utils import percent_encode
@@ -50,7 +52,6 @@ _LEAN_CONFIG_KWARGS = {"connect_timeout", "read_timeout", "retries", "max_pool_c
 _LEAN_S3_CONFIG = {"addressing_style", "use_accelerate_endpoint", "us_east_1_regional_endpoint"}
 
 _PROBE_KEY = "tierload-route-probe"
-_SIGV4 = "AWS4-HMAC-SHA256"
 # Codes for error answers without an XML body (e.g. to a HEAD-like request or from a proxy).
 _CODE_OF_STATUS = {404: "NoSuchKey", 412: "PreconditionFailed", 403: "AccessDenied"}
 _REDIRECT_CODES = {"PermanentRedirect", "TemporaryRedirect", "AuthorizationHeaderMalformed",
@@ -138,7 +139,7 @@ async def route_for(fs: Any, bucket: str) -> S3Route | None:
     if bucket in per_bucket:
         return per_bucket[bucket]
     reason = unsupported_reason(fs)
-    route = None if reason else await _probe(fs, client, bucket)
+    route = None if reason else await _probe(client, bucket)
     if reason:
         log.info("S3 GETs of bucket %s go through aiobotocore: the lean path does not handle %s", bucket, reason)
     per_bucket[bucket] = route
@@ -152,26 +153,45 @@ async def use_aiobotocore_for(fs: Any, bucket: str, why: str) -> None:
     log.warning("S3 GETs of bucket %s go through aiobotocore from now on: %s", bucket, why)
 
 
-async def _probe(fs: Any, client: Any, bucket: str) -> S3Route | None:
-    url = await client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": _PROBE_KEY},
-                                              ExpiresIn=60)
-    parts = urlsplit(url)
-    if not parts.path.endswith("/" + _PROBE_KEY):
-        log.info("S3 GETs of bucket %s go through aiobotocore: unexpected request URL %s", bucket, parts.path)
-        return None
-    prefix = urlunsplit((parts.scheme, parts.netloc, parts.path[:-len(_PROBE_KEY)], "", ""))
+async def _probe(client: Any, bucket: str) -> S3Route | None:
+    # The client's own endpoint rules (the step of each aiobotocore call that picks the URL and
+    # the signing scheme), once per bucket. Private to botocore, hence checked narrowly: any
+    # answer the lean path cannot reproduce leaves the bucket to aiobotocore.
+    context: dict[str, Any] = {}
+    operation = client.meta.service_model.operation_model("GetObject")
+    endpoint, extra_headers, _ = await client._resolve_endpoint_ruleset(
+        operation, {"Bucket": bucket, "Key": _PROBE_KEY}, context)
     config = client.meta.config
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout, sock_read=config.read_timeout)
-    query = parse_qs(parts.query)
-    if not query:
-        return S3Route(prefix, None, "s3", None, timeout)
-    algorithm = query.get("X-Amz-Algorithm", [""])[0]
-    credentials = client._get_credentials()
-    if algorithm != _SIGV4 or credentials is None:
-        log.info("S3 GETs of bucket %s go through aiobotocore: signature %r", bucket, algorithm or "SigV2")
+    auth_type = context.get("auth_type")
+    signature = config.signature_version
+    why = ""
+    if extra_headers:
+        why = f"endpoint headers {sorted(extra_headers)}"
+    elif auth_type not in ("v4", "none") or signature not in (None, "s3v4", "v4", UNSIGNED):
+        why = f"signature {auth_type or signature!r}"
+    elif urlsplit(endpoint).query:
+        why = f"endpoint URL {endpoint!r}"
+    elif _env_proxy_for(endpoint):
+        why = "a proxy from the environment (HTTP(S)_PROXY)"
+    if why:
+        log.info("S3 GETs of bucket %s go through aiobotocore: the lean path does not handle %s", bucket, why)
         return None
-    _, _, region, service, _ = query["X-Amz-Credential"][0].split("/")
-    return S3Route(prefix, region, service, credentials, timeout)
+    prefix = endpoint.rstrip("/") + "/"
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout, sock_read=config.read_timeout)
+    if auth_type == "none" or signature is UNSIGNED:
+        return S3Route(prefix, None, "s3", None, timeout)
+    credentials = client._get_credentials()
+    if credentials is None:  # aiobotocore raises NoCredentialsError for each request, as before
+        return None
+    signing = context.get("signing", {})
+    return S3Route(prefix, signing.get("region", client.meta.region_name), signing.get("signing_name", "s3"),
+                   credentials, timeout)
+
+
+def _env_proxy_for(url: str) -> str | None:
+    parts = urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    return None if proxy is None or urllib.request.proxy_bypass(parts.hostname or "") else proxy
 
 
 # One session per (process, event loop, pool size): created on the loop that uses it, never
@@ -185,9 +205,10 @@ def shared_session(pool_size: int) -> aiohttp.ClientSession:
     key = (os.getpid(), id(loop), pool_size)
     entry = _sessions.get(key)
     if entry is None or entry[0] is not loop or entry[1].closed:
-        # trust_env: proxies from HTTP(S)_PROXY / NO_PROXY, as botocore honours them.
+        # No trust_env: it costs a thread hop per request (netrc); an endpoint behind an
+        # environment proxy never gets here (_probe leaves it to aiobotocore).
         connector = aiohttp.TCPConnector(limit=pool_size, limit_per_host=0, ttl_dns_cache=60)
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=True,
+        session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                         skip_auto_headers=("Accept-Encoding",))
         entry = _sessions[key] = (loop, session)
     return entry[1]
