@@ -22,9 +22,11 @@ class Faults:
 
     expired_access_keys: set[str] = field(default_factory=set)  # GETs signed with these: ExpiredToken
     truncate_once: set[str] = field(default_factory=set)        # next GET of these: drop the connection at 50%
+    slow_down_once: set[str] = field(default_factory=set)      # next GET of these: 503 SlowDown
     slow_chunk_s: float = 0.0                                    # sleep per 64 KiB chunk of every GET body
     first_byte_s: float = 0.0                                    # sleep before forwarding every GET
     gets: Counter = field(default_factory=Counter)
+    clients: Counter = field(default_factory=Counter)            # GETs per (user agent's first word, signed?)
     open_gets: int = 0                                           # GETs being answered now
     max_open_gets: int = 0                                       # the most GETs ever answered at once
 
@@ -65,6 +67,12 @@ class FaultyS3:
         if is_get:
             self.faults.gets[key] += 1
             auth = request.headers.get("Authorization", "")
+            agent = request.headers.get("User-Agent", "").split(" ")[0].split("/")[0]
+            self.faults.clients[agent, bool(auth)] += 1
+            if key in self.faults.slow_down_once:
+                self.faults.slow_down_once.discard(key)
+                body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code></Error>'
+                return web.Response(status=503, body=body, content_type="application/xml")
             if any(f"Credential={k}/" in auth for k in self.faults.expired_access_keys):
                 body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code>'
                         b"<Message>The provided token has expired.</Message></Error>")

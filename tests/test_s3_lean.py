@@ -1,0 +1,145 @@
+"""The lean S3 GET path (botocore's signer, one shared aiohttp pool), on moto's server over HTTP.
+
+Every test goes through the fault-injecting proxy, which records each GET's client (the first
+word of its User-Agent: ``Python`` for aiohttp, i.e. the lean path; botocore's otherwise) and
+whether it was signed, so a test can tell which path answered.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+
+import pytest
+import rotating_credentials
+from faulty_s3 import FaultyS3
+from test_cold_async import proxied, put_objects, requests_over, source_for
+
+from tierload.errors import CredentialsExpiredError, SourceChangedError, SourceNotFoundError
+
+LEAN = ("Python", True)  # aiohttp's User-Agent, signed
+
+
+def only_lean(proxy) -> bool:
+    return set(proxy.faults.clients) == {LEAN}
+
+
+def test_many_ranges_are_exact_and_go_the_lean_way(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 8, 3000)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy), max_request_bytes=700, max_in_flight=16)
+        wanted = requests_over(source, payloads, random.Random(11), 300)
+        tally: dict = {}
+        got = source.read_ranges(wanted, tally)
+        assert got == [payloads[url.removeprefix("s3://")][offset:offset + length] for url, _, offset, length in wanted]
+        gets = sum(max(1, -(-length // 700)) for _, _, _, length in wanted)
+        assert tally["cold_gets"] == gets == sum(proxy.faults.gets.values())
+        assert only_lean(proxy), proxy.faults.clients
+
+
+def test_lean_gets_false_sends_every_get_through_aiobotocore(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 3, 100)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy), lean_gets=False)
+        wanted = requests_over(source, payloads, random.Random(2), 10)
+        assert source.read_ranges(wanted) == [payloads[u.removeprefix("s3://")][o:o + n] for u, _, o, n in wanted]
+        assert sum(proxy.faults.clients.values()) == 10 and proxy.faults.clients[LEAN] == 0
+
+
+def test_options_the_lean_path_cannot_reproduce_go_through_aiobotocore(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 2, 100)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        # Requester pays adds a header to every request: not reproduced, so not taken.
+        source = source_for(f"s3://{name}/ds", {**proxied(s3, proxy), "requester_pays": True})
+        obj = source.list_objects()[0]
+        assert source.read(obj.url, obj.version, 0, obj.size) == payloads[obj.url.removeprefix("s3://")]
+        assert proxy.faults.clients[LEAN] == 0 and sum(proxy.faults.clients.values()) == 1
+
+
+def test_a_changed_object_and_a_missing_one_on_the_lean_path(s3, bucket):
+    name, fs = bucket
+    put_objects(fs, f"{name}/ds", 2, 100)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy))
+        obj = source.list_objects()[0]
+        fs.pipe({obj.url.removeprefix("s3://"): b"changed"})
+        with pytest.raises(SourceChangedError) as raised:
+            source.read(obj.url, obj.version, 0, 5)
+        assert raised.value.url == obj.url
+        with pytest.raises(SourceNotFoundError):
+            source.read(f"s3://{name}/ds/none", '"x"', 0, 1)
+        assert only_lean(proxy), proxy.faults.clients
+
+
+def test_slow_down_is_retried_and_each_attempt_counted(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 2, 100)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy))
+        obj = source.list_objects()[0]
+        key = obj.url.removeprefix(f"s3://{name}/")
+        proxy.faults.slow_down_once.add(key)
+        tally: dict = {}
+        assert source.read(obj.url, obj.version, 0, obj.size, tally) == payloads[obj.url.removeprefix("s3://")]
+        assert proxy.faults.gets[key] == 2 and tally["cold_gets"] == 2 and not proxy.faults.slow_down_once
+        assert only_lean(proxy), proxy.faults.clients
+
+
+def test_expired_token_refreshes_the_credentials_once_and_retries(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 2, 100)
+    rotating_credentials._calls = 0  # this process's next call returns the expired key
+    with FaultyS3(s3.endpoint_url) as proxy:
+        proxy.faults.expired_access_keys.add(rotating_credentials.EXPIRED)
+        options = {"client_kwargs": {"endpoint_url": proxy.endpoint_url, "region_name": "us-east-1"}}
+        source = source_for(f"s3://{name}/ds", options, credential_provider="rotating_credentials:rotating")
+        obj = source.list_objects()[0]  # lists with the expired key: only GETs are refused
+        key = obj.url.removeprefix(f"s3://{name}/")
+        tally: dict = {}
+        assert source.read(obj.url, obj.version, 0, obj.size, tally) == payloads[obj.url.removeprefix("s3://")]
+        assert source.credentials_generation == 1 and proxy.faults.gets[key] == 2 and tally["cold_gets"] == 2
+        assert only_lean(proxy), proxy.faults.clients
+
+        always = source_for(f"s3://{name}/ds", options, credential_provider="rotating_credentials:always_expired")
+        with pytest.raises(CredentialsExpiredError):
+            always.read(obj.url, obj.version, 0, obj.size)
+        assert always.credentials_generation == 1  # refreshed once, then the error reaches the caller
+
+
+def test_anonymous_access_sends_unsigned_gets(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 2, 100)
+    for path in payloads:
+        fs.chmod(path, "public-read")
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy), anon=True)
+        versions = {obj.url: obj.version for obj in source.list_objects()}
+        got = source.read_ranges([(url, version, 1, 50) for url, version in versions.items()])
+        assert got == [payloads[url.removeprefix("s3://")][1:51] for url in versions]
+        assert proxy.faults.clients == {("Python", False): 2}
+
+
+def _read_in_child(source, request, results) -> None:
+    results.put(source.read(*request))
+
+
+def test_a_forked_child_reads_on_its_own_session(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 2, 100)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy))
+        obj = source.list_objects()[0]
+        request = (obj.url, obj.version, 0, obj.size)
+        assert source.read(*request) == payloads[obj.url.removeprefix("s3://")]  # the parent's session exists
+        context = multiprocessing.get_context("fork")
+        results = context.Queue()
+        child = context.Process(target=_read_in_child, args=(source, request, results))
+        child.start()
+        try:
+            assert results.get(timeout=60) == payloads[obj.url.removeprefix("s3://")]
+        finally:
+            child.join(30)
+        assert child.exitcode == 0 and proxy.faults.clients == {LEAN: 2}
