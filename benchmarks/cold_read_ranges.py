@@ -131,7 +131,8 @@ def main() -> None:
         print(json.dumps({
             "objects": args.objects, "size_bytes": args.size, "latency_ms": args.latency_ms,
             "per_object_threads": args.threads, "max_in_flight": args.max_in_flight,
-            "objects_s": {"per_object_threads": round(per_object), "read_ranges_aiobotocore": round(rates["aiobotocore"]),
+            "objects_s": {"per_object_threads": round(per_object),
+                          "read_ranges_aiobotocore": round(rates["aiobotocore"]),
                           "read_ranges_lean": round(rates["lean"]), "rig_ceiling_raw_aiohttp": round(ceiling)},
             "client_cpu_us_per_object": {"per_object_threads": round(per_object_cpu_us),
                                          "read_ranges_aiobotocore": round(cpu_us["aiobotocore"]),
