@@ -15,7 +15,7 @@ import rotating_credentials
 from faulty_s3 import FaultyS3
 from test_cold_async import proxied, put_objects, requests_over, source_for
 
-from tierload.errors import CredentialsExpiredError, SourceChangedError, SourceNotFoundError
+from tierload.errors import BackendError, CredentialsExpiredError, SourceChangedError, SourceNotFoundError
 
 LEAN = ("Python", True)  # aiohttp's User-Agent, signed
 
@@ -28,6 +28,7 @@ def test_many_ranges_are_exact_and_go_the_lean_way(s3, bucket):
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 8, 3000)
     with FaultyS3(s3.endpoint_url) as proxy:
+        proxy.faults.verify_secret = s3.storage_options["secret"]  # moto itself does not check signatures
         source = source_for(f"s3://{name}/ds", proxied(s3, proxy), max_request_bytes=700, max_in_flight=16)
         wanted = requests_over(source, payloads, random.Random(11), 300)
         tally: dict = {}
@@ -36,16 +37,33 @@ def test_many_ranges_are_exact_and_go_the_lean_way(s3, bucket):
         gets = sum(max(1, -(-length // 700)) for _, _, _, length in wanted)
         assert tally["cold_gets"] == gets == sum(proxy.faults.gets.values())
         assert only_lean(proxy), proxy.faults.clients
+        assert proxy.faults.bad_signatures == 0
+
+
+def test_a_wrong_secret_is_refused_by_the_signature_check(s3, bucket):
+    """The proxy's signature check can fail: the lean path signs with the secret it is given."""
+    name, fs = bucket
+    put_objects(fs, f"{name}/ds", 1, 100)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        proxy.faults.verify_secret = s3.storage_options["secret"]
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy))
+        obj = source.list_objects()[0]
+        wrong = source_for(f"s3://{name}/ds", {**proxied(s3, proxy), "secret": "not-the-secret"})
+        with pytest.raises(BackendError, match="SignatureDoesNotMatch"):
+            wrong.read(obj.url, obj.version, 0, obj.size)
+        assert proxy.faults.bad_signatures == 1 and only_lean(proxy)
 
 
 def test_lean_gets_false_sends_every_get_through_aiobotocore(s3, bucket):
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 3, 100)
     with FaultyS3(s3.endpoint_url) as proxy:
+        proxy.faults.verify_secret = s3.storage_options["secret"]  # botocore's own signatures pass the check
         source = source_for(f"s3://{name}/ds", proxied(s3, proxy), lean_gets=False)
         wanted = requests_over(source, payloads, random.Random(2), 10)
         assert source.read_ranges(wanted) == [payloads[u.removeprefix("s3://")][o:o + n] for u, _, o, n in wanted]
         assert sum(proxy.faults.clients.values()) == 10 and proxy.faults.clients[LEAN] == 0
+        assert proxy.faults.bad_signatures == 0
 
 
 def test_options_the_lean_path_cannot_reproduce_go_through_aiobotocore(s3, bucket):
@@ -94,6 +112,7 @@ def test_expired_token_refreshes_the_credentials_once_and_retries(s3, bucket):
     rotating_credentials._calls = 0  # this process's next call returns the expired key
     with FaultyS3(s3.endpoint_url) as proxy:
         proxy.faults.expired_access_keys.add(rotating_credentials.EXPIRED)
+        proxy.faults.verify_secret = "secret"  # the secret the credential providers hand out
         options = {"client_kwargs": {"endpoint_url": proxy.endpoint_url, "region_name": "us-east-1"}}
         source = source_for(f"s3://{name}/ds", options, credential_provider="rotating_credentials:rotating")
         obj = source.list_objects()[0]  # lists with the expired key: only GETs are refused

@@ -104,6 +104,9 @@ class S3RangeReader:
         """``length`` bytes at ``offset`` of ``url`` at ``version``, in parts read concurrently."""
         bucket, _, key = self._source.fs._strip_protocol(url).partition("/")
         step = self._source.config.max_request_bytes
+        if length <= step:  # one GET: no task of its own (most reads of small objects)
+            end = offset + length
+            return await self._get_with_retries(url, bucket, key, version, offset, end, tally)
         parts = await gather_in_order([self._get_with_retries(url, bucket, key, version, start, end, tally)
                                        for start, end in split_range(offset, length, step)])
         return parts[0] if len(parts) == 1 else b"".join(parts)
