@@ -24,6 +24,7 @@ class Faults:
     truncate_once: set[str] = field(default_factory=set)        # next GET of these: drop the connection at 50%
     verify_secret: str | None = None                             # GETs whose SigV4 signature is wrong: 403
     bad_signatures: int = 0
+    signed_headers: list[tuple[str, ...]] = field(default_factory=list)  # per verified GET
     slow_down_once: set[str] = field(default_factory=set)      # next GET of these: 503 SlowDown
     slow_chunk_s: float = 0.0                                    # sleep per 64 KiB chunk of every GET body
     first_byte_s: float = 0.0                                    # sleep before forwarding every GET
@@ -112,6 +113,7 @@ class FaultyS3:
 
         fields = dict(part.strip().split("=", 1) for part in auth.removeprefix("AWS4-HMAC-SHA256 ").split(","))
         key, _, region, service, _ = fields["Credential"].split("/")
+        self.faults.signed_headers.append(tuple(fields["SignedHeaders"].split(";")))
         headers = {name: request.headers[name] for name in fields["SignedHeaders"].split(";") if name != "host"}
         signed = AWSRequest(method=request.method, url=f"http://{request.host}{request.raw_path}", headers=headers)
         signed.context["timestamp"] = request.headers["X-Amz-Date"]

@@ -162,3 +162,16 @@ def test_a_forked_child_reads_on_its_own_session(s3, bucket):
         finally:
             child.join(30)
         assert child.exitcode == 0 and proxy.faults.clients == {LEAN: 2}
+
+
+def test_a_session_token_is_sent_and_signed(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 1, 100)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        proxy.faults.verify_secret = s3.storage_options["secret"]
+        source = source_for(f"s3://{name}/ds", {**proxied(s3, proxy), "token": "session-token"})
+        obj = source.list_objects()[0]
+        assert source.read(obj.url, obj.version, 0, obj.size) == payloads[obj.url.removeprefix("s3://")]
+        assert proxy.faults.signed_headers == [("host", "if-match", "range", "x-amz-content-sha256", "x-amz-date",
+                                                "x-amz-security-token")]
+        assert proxy.faults.bad_signatures == 0 and only_lean(proxy)
