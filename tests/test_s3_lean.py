@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import socket
 
 import pytest
 import rotating_credentials
 from faulty_s3 import FaultyS3
 from test_cold_async import proxied, put_objects, requests_over, source_for
 
-from tierload.errors import BackendError, CredentialsExpiredError, SourceChangedError, SourceNotFoundError
+from tierload.errors import (
+    BackendError,
+    CredentialsExpiredError,
+    EndpointUnreachableError,
+    SourceChangedError,
+    SourceNotFoundError,
+)
 
 LEAN = ("Python", True)  # aiohttp's User-Agent, signed
 
@@ -175,3 +182,16 @@ def test_a_session_token_is_sent_and_signed(s3, bucket):
         assert proxy.faults.signed_headers == [("host", "if-match", "range", "x-amz-content-sha256", "x-amz-date",
                                                 "x-amz-security-token")]
         assert proxy.faults.bad_signatures == 0 and only_lean(proxy)
+
+
+def test_an_endpoint_that_refuses_connections_is_retried_then_unreachable(s3):
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = {**s3.storage_options, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
+                                                       "region_name": "us-east-1"}}
+    source = source_for("s3://nowhere/ds", options, max_attempts=2)
+    tally: dict = {}
+    with pytest.raises(EndpointUnreachableError):
+        source.read("s3://nowhere/ds/a", '"x"', 0, 10, tally)
+    assert tally["cold_gets"] == 2  # both attempts counted

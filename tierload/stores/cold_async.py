@@ -22,7 +22,9 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tierload.errors import CredentialsExpiredError, TransientBackendError
+import aiohttp
+
+from tierload.errors import CredentialsExpiredError, EndpointUnreachableError, TransientBackendError
 from tierload.stores import s3_lean
 
 if TYPE_CHECKING:
@@ -74,6 +76,13 @@ async def gather_in_order(coroutines: Sequence) -> list:
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()
     return [task.result() for task in tasks]
+
+
+def _retryable(error: Exception, cause: Exception) -> bool:
+    # A connection the lean path could not open is retried as botocore retries its own
+    # (EndpointConnectionError, already retried inside aiobotocore when it gets here).
+    return isinstance(error, TransientBackendError) or (isinstance(error, EndpointUnreachableError)
+                                                         and isinstance(cause, aiohttp.ClientConnectorError))
 
 
 class S3RangeReader:
@@ -135,7 +144,7 @@ class S3RangeReader:
                     source.refresh_credentials(generation)
                     refreshed = True
                     continue
-                if isinstance(error, TransientBackendError) and attempt < config.max_attempts:
+                if _retryable(error, exc) and attempt < config.max_attempts:
                     delay = random.uniform(0, min(2.0, 0.05 * 2**attempt))
                     log.warning("cold read of %s failed (%s); retry %d/%d in %.2fs", url, error, attempt,
                                 config.max_attempts - 1, delay)
