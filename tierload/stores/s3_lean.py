@@ -34,7 +34,7 @@ from xml.etree import ElementTree
 
 import aiohttp
 from botocore import UNSIGNED
-from botocore.auth import EMPTY_SHA256_HASH, S3SigV4Auth
+from botocore.auth import EMPTY_SHA256_HASH, S3SigV4Auth, _host_from_url
 from botocore.awsrequest import AWSRequest
 from botocore.utils import percent_encode
 from yarl import URL
@@ -95,6 +95,7 @@ class S3Route:
         service: Signing service name (``s3``).
         credentials: The client's botocore credentials object (``None`` when unsigned).
         timeout: Connect and per-read timeouts of the client's configuration.
+        host: The ``Host`` header botocore signs for ``prefix`` (derived once, not per request).
     """
 
     prefix: str
@@ -102,6 +103,7 @@ class S3Route:
     service: str
     credentials: Any
     timeout: aiohttp.ClientTimeout
+    host: str
 
     def url(self, key: str) -> str:
         """The request URL of ``key``, percent-encoded as botocore encodes a key."""
@@ -112,7 +114,7 @@ class S3Route:
         if self.region is None:
             return extra
         frozen = await self.credentials.get_frozen_credentials()
-        request = AWSRequest(method="GET", url=url, headers=extra)
+        request = AWSRequest(method="GET", url=url, headers={"Host": self.host, **extra})
         _GetSigV4Auth(frozen, self.service, self.region).add_auth(request)
         return dict(request.headers.items())
 
@@ -190,13 +192,13 @@ async def _probe(client: Any, bucket: str) -> S3Route | None:
     prefix = endpoint.rstrip("/") + "/"
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout, sock_read=config.read_timeout)
     if auth_type == "none" or signature is UNSIGNED:
-        return S3Route(prefix, None, "s3", None, timeout)
+        return S3Route(prefix, None, "s3", None, timeout, _host_from_url(prefix))
     credentials = client._get_credentials()
     if credentials is None:  # aiobotocore raises NoCredentialsError for each request, as before
         return None
     signing = context.get("signing", {})
     return S3Route(prefix, signing.get("region", client.meta.region_name), signing.get("signing_name", "s3"),
-                   credentials, timeout)
+                   credentials, timeout, _host_from_url(prefix))
 
 
 def _env_proxy_for(url: str) -> str | None:
