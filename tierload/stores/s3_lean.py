@@ -28,7 +28,7 @@ import os
 import urllib.request
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 from xml.etree import ElementTree
 
@@ -266,10 +266,9 @@ async def get(route: S3Route, session: aiohttp.ClientSession, key: str, start: i
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         raise TransientBackendError(f"S3 GET broke off: {type(exc).__name__}: {exc}", tier="cold",
                                     url=url) from exc
-    raise AssertionError("unreachable")  # _raise_error always raises
 
 
-def _raise_error(status: int, headers: Any, body: bytes) -> None:
+def _raise_error(status: int, headers: Any, body: bytes) -> NoReturn:
     code, message = "", ""
     if body.lstrip().startswith(b"<"):
         try:
