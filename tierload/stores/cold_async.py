@@ -95,6 +95,7 @@ class S3RangeReader:
 
     def __init__(self, source: ColdSource) -> None:
         self._source = source
+        self._routes: dict[str, tuple[Any, s3_lean.S3Route | None]] = {}
 
     async def read_ranges(self, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         """The bytes of every request, in request order, all fetched concurrently.
@@ -158,14 +159,23 @@ class S3RangeReader:
     async def _get_object(self, bucket: str, key: str, version: str, start: int, end: int) -> bytes:
         if_match = version if version.startswith('"') else None
         fs, config = self._source.fs, self._source.config
-        route = await s3_lean.route_for(fs, bucket) if config.lean_gets else None
+        route = await self._route(fs, bucket) if config.lean_gets else None
         if route is not None:
             try:
                 return await s3_lean.get(route, s3_lean.shared_session(config.max_in_flight), key, start, end,
                                          if_match)
             except s3_lean.WrongRegionError as exc:
                 await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))
+                self._routes[bucket] = (fs, None)
         return await self._get_object_aiobotocore(bucket, key, if_match, start, end)
+
+    async def _route(self, fs: Any, bucket: str) -> s3_lean.S3Route | None:
+        # Looked up once per bucket and filesystem for this reader (one read_ranges call): a
+        # credential refresh replaces the filesystem, so its requests find the new client's.
+        cached = self._routes.get(bucket)
+        if cached is None or cached[0] is not fs:
+            cached = self._routes[bucket] = (fs, await s3_lean.route_for(fs, bucket))
+        return cached[1]
 
     async def _get_object_aiobotocore(self, bucket: str, key: str, if_match: str | None, start: int,
                                       end: int) -> bytes:
