@@ -116,7 +116,7 @@ class S3Route:
         frozen = await self.credentials.get_frozen_credentials()
         request = AWSRequest(method="GET", url=url, headers={"Host": self.host, **extra})
         _GetSigV4Auth(frozen, self.service, self.region).add_auth(request)
-        return dict(request.headers.items())
+        return dict(request.headers.raw_items())  # as set: no per-header email-policy parsing
 
 
 def unsupported_reason(fs: Any) -> str | None:
