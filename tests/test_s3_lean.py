@@ -195,3 +195,18 @@ def test_an_endpoint_that_refuses_connections_is_retried_then_unreachable(s3):
     with pytest.raises(EndpointUnreachableError):
         source.read("s3://nowhere/ds/a", '"x"', 0, 10, tally)
     assert tally["cold_gets"] == 2  # both attempts counted
+
+
+def test_keys_that_need_percent_encoding_are_found_and_correctly_signed(s3, bucket):
+    name, fs = bucket
+    payloads = {f"{name}/odd/{key}": key.encode() * 10 for key in ("a b+c.bin", "ü/ñ=1&x;y.bin", "t~(1)!*'.bin")}
+    fs.pipe(payloads)
+    fs.invalidate_cache()
+    with FaultyS3(s3.endpoint_url) as proxy:
+        proxy.faults.verify_secret = s3.storage_options["secret"]
+        source = source_for(f"s3://{name}/odd", proxied(s3, proxy))
+        objects = source.list_objects()
+        assert len(objects) == 3
+        got = source.read_ranges([(obj.url, obj.version, 0, obj.size) for obj in objects])
+        assert got == [payloads[obj.url.removeprefix("s3://")] for obj in objects]
+        assert proxy.faults.bad_signatures == 0 and only_lean(proxy)

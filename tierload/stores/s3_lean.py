@@ -141,8 +141,8 @@ _routes: weakref.WeakKeyDictionary[Any, dict[str, S3Route | None]] = weakref.Wea
 async def route_for(fs: Any, bucket: str) -> S3Route | None:
     """The lean route of ``bucket`` through ``fs``'s current client, or ``None`` for aiobotocore.
 
-    Must run on ``fs``'s event loop. The first call per client and bucket asks the client for
-    one presigned URL (no request is sent).
+    Must run on ``fs``'s event loop. The first call per client and bucket runs the client's
+    endpoint rules once (no request is sent).
     """
     await fs.set_session()
     client = await fs.get_s3(bucket)
