@@ -22,9 +22,14 @@ class Faults:
 
     expired_access_keys: set[str] = field(default_factory=set)  # GETs signed with these: ExpiredToken
     truncate_once: set[str] = field(default_factory=set)        # next GET of these: drop the connection at 50%
+    verify_secret: str | None = None                             # GETs whose SigV4 signature is wrong: 403
+    bad_signatures: int = 0
+    signed_headers: list[tuple[str, ...]] = field(default_factory=list)  # per verified GET
+    slow_down_once: set[str] = field(default_factory=set)      # next GET of these: 503 SlowDown
     slow_chunk_s: float = 0.0                                    # sleep per 64 KiB chunk of every GET body
     first_byte_s: float = 0.0                                    # sleep before forwarding every GET
     gets: Counter = field(default_factory=Counter)
+    clients: Counter = field(default_factory=Counter)            # GETs per (user agent's first word, signed?)
     open_gets: int = 0                                           # GETs being answered now
     max_open_gets: int = 0                                       # the most GETs ever answered at once
 
@@ -65,6 +70,16 @@ class FaultyS3:
         if is_get:
             self.faults.gets[key] += 1
             auth = request.headers.get("Authorization", "")
+            agent = request.headers.get("User-Agent", "").split(" ")[0].split("/")[0]
+            self.faults.clients[agent, bool(auth)] += 1
+            if self.faults.verify_secret and auth and not self._signature_matches(request, auth):
+                self.faults.bad_signatures += 1
+                body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SignatureDoesNotMatch</Code></Error>'
+                return web.Response(status=403, body=body, content_type="application/xml")
+            if key in self.faults.slow_down_once:
+                self.faults.slow_down_once.discard(key)
+                body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code></Error>'
+                return web.Response(status=503, body=body, content_type="application/xml")
             if any(f"Credential={k}/" in auth for k in self.faults.expired_access_keys):
                 body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code>'
                         b"<Message>The provided token has expired.</Message></Error>")
@@ -89,6 +104,22 @@ class FaultyS3:
                 await response.write(payload[start:start + 65536])
             await response.write_eof()
             return response
+
+    def _signature_matches(self, request: web.Request, auth: str) -> bool:
+        """Recompute the request's SigV4 signature with botocore and ``verify_secret``, as S3 would."""
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        fields = dict(part.strip().split("=", 1) for part in auth.removeprefix("AWS4-HMAC-SHA256 ").split(","))
+        key, _, region, service, _ = fields["Credential"].split("/")
+        self.faults.signed_headers.append(tuple(fields["SignedHeaders"].split(";")))
+        headers = {name: request.headers[name] for name in fields["SignedHeaders"].split(";") if name != "host"}
+        signed = AWSRequest(method=request.method, url=f"http://{request.host}{request.raw_path}", headers=headers)
+        signed.context["timestamp"] = request.headers["X-Amz-Date"]
+        signer = S3SigV4Auth(Credentials(key, self.faults.verify_secret), service, region)
+        expected = signer.signature(signer.string_to_sign(signed, signer.canonical_request(signed)), signed)
+        return expected == fields["Signature"]
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)

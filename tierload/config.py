@@ -54,6 +54,9 @@ class ColdConfig(_Frozen):
     max_attempts: int = Field(default=3, ge=1, le=20)
     # Requests to the cold tier in flight at once per process (async I/O, not one thread each).
     max_in_flight: int = Field(default=256, ge=1, le=4096)
+    # S3 range GETs signed with botocore's signer and sent on one shared aiohttp pool (a small
+    # fraction of aiobotocore's CPU per request); False: every GET through aiobotocore.
+    lean_gets: bool = True
     credential_provider: str | None = None
 
     _parse_sizes = field_validator("max_request_bytes", mode="before")(_bytes_field)

@@ -1,10 +1,12 @@
 """The cold tier: the read-only source of truth (S3 through s3fs, or any fsspec store).
 
 All SDK errors are translated here, in one place, into :mod:`tierload.errors` types.
-Retries: botocore's "standard" mode retries throttling, 5xx and connection errors with
-jittered exponential backoff (bounded by ``cold.max_attempts``); a body that breaks off
-mid-stream is retried with the same bound (:mod:`tierload.stores.cold_async`, the engine that
-keeps up to ``cold.max_in_flight`` S3 requests in flight). Nothing else is retried.
+Retries (:mod:`tierload.stores.cold_async`, the engine that keeps up to ``cold.max_in_flight``
+S3 requests in flight): throttling, 5xx, connections that fail or break off and short bodies
+are retried with jittered exponential backoff, ``cold.max_attempts`` attempts in all; on the
+aiobotocore path (:mod:`tierload.stores.s3_lean` says when) botocore's "standard" mode
+retries throttling, 5xx and connection errors first, with the same bound. Nothing else is
+retried.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ many threads or coroutines ask. Per request: ``If-Match`` on the recorded ETag (
 object is :class:`~tierload.errors.SourceChangedError`), ranges never longer than
 ``cold.max_request_bytes``, a short body retried as transient, credentials refreshed once on
 ``ExpiredToken``. Errors are translated by :func:`tierload.stores.cold.translate_error`.
+
+Each GET goes the lean way where it can (:mod:`tierload.stores.s3_lean`: botocore's signer and
+one shared aiohttp pool, a small fraction of aiobotocore's CPU per request), else through
+aiobotocore (``cold.lean_gets=False``, or options the lean path does not reproduce).
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tierload.errors import CredentialsExpiredError, TransientBackendError
+import aiohttp
+
+from tierload.errors import CredentialsExpiredError, EndpointUnreachableError, TransientBackendError
+from tierload.stores import s3_lean
 
 if TYPE_CHECKING:
     from tierload.stores.cold import ColdSource
@@ -71,6 +78,13 @@ async def gather_in_order(coroutines: Sequence) -> list:
     return [task.result() for task in tasks]
 
 
+def _retryable(error: Exception, cause: Exception) -> bool:
+    # A connection the lean path could not open is retried as botocore retries its own
+    # (EndpointConnectionError, already retried inside aiobotocore when it gets here).
+    return isinstance(error, TransientBackendError) or (isinstance(error, EndpointUnreachableError)
+                                                         and isinstance(cause, aiohttp.ClientConnectorError))
+
+
 class S3RangeReader:
     """Reads byte ranges of S3 objects for one :class:`ColdSource`, many requests at once.
 
@@ -81,6 +95,7 @@ class S3RangeReader:
 
     def __init__(self, source: ColdSource) -> None:
         self._source = source
+        self._routes: dict[str, tuple[Any, s3_lean.S3Route | None]] = {}
 
     async def read_ranges(self, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         """The bytes of every request, in request order, all fetched concurrently.
@@ -99,6 +114,9 @@ class S3RangeReader:
         """``length`` bytes at ``offset`` of ``url`` at ``version``, in parts read concurrently."""
         bucket, _, key = self._source.fs._strip_protocol(url).partition("/")
         step = self._source.config.max_request_bytes
+        if length <= step:  # one GET: no task of its own (most reads of small objects)
+            end = offset + length
+            return await self._get_with_retries(url, bucket, key, version, offset, end, tally)
         parts = await gather_in_order([self._get_with_retries(url, bucket, key, version, start, end, tally)
                                        for start, end in split_range(offset, length, step)])
         return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -127,7 +145,7 @@ class S3RangeReader:
                     source.refresh_credentials(generation)
                     refreshed = True
                     continue
-                if isinstance(error, TransientBackendError) and attempt < config.max_attempts:
+                if _retryable(error, exc) and attempt < config.max_attempts:
                     delay = random.uniform(0, min(2.0, 0.05 * 2**attempt))
                     log.warning("cold read of %s failed (%s); retry %d/%d in %.2fs", url, error, attempt,
                                 config.max_attempts - 1, delay)
@@ -139,9 +157,31 @@ class S3RangeReader:
             return data
 
     async def _get_object(self, bucket: str, key: str, version: str, start: int, end: int) -> bytes:
+        if_match = version if version.startswith('"') else None
+        fs, config = self._source.fs, self._source.config
+        route = await self._route(fs, bucket) if config.lean_gets else None
+        if route is not None:
+            try:
+                return await s3_lean.get(route, s3_lean.shared_session(config.max_in_flight), key, start, end,
+                                         if_match)
+            except s3_lean.WrongRegionError as exc:
+                await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))
+                self._routes[bucket] = (fs, None)
+        return await self._get_object_aiobotocore(bucket, key, if_match, start, end)
+
+    async def _route(self, fs: Any, bucket: str) -> s3_lean.S3Route | None:
+        # Looked up once per bucket and filesystem for this reader (one read_ranges call): a
+        # credential refresh replaces the filesystem, so its requests find the new client's.
+        cached = self._routes.get(bucket)
+        if cached is None or cached[0] is not fs:
+            cached = self._routes[bucket] = (fs, await s3_lean.route_for(fs, bucket))
+        return cached[1]
+
+    async def _get_object_aiobotocore(self, bucket: str, key: str, if_match: str | None, start: int,
+                                      end: int) -> bytes:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if version.startswith('"'):
-            kwargs["IfMatch"] = version
+        if if_match:
+            kwargs["IfMatch"] = if_match
         if end > start:
             kwargs["Range"] = f"bytes={start}-{end - 1}"
         response = await self._source.fs._call_s3("get_object", **kwargs)
