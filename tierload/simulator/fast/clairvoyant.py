@@ -13,10 +13,10 @@ later than the newcomer.
 from __future__ import annotations
 
 from tierload.simulator.fast import bitset, heap
-from tierload.simulator.fast.jit import kernel
+from tierload.simulator.fast.jit import inlined
 
 
-@kernel
+@inlined
 def push(t, slot, key, order, upcoming, never):
     """File a resident under its next use (``ClairvoyantPolicy._push``)."""
     t.aux[slot * t.nblocks + key] = order
@@ -26,14 +26,14 @@ def push(t, slot, key, order, upcoming, never):
         bitset.add(t.marks, slot, upcoming)
 
 
-@kernel
+@inlined
 def on_access(t, slot, key, here, upcoming, never):
     """A resident is read at trace position ``here`` (its filed next use): refile it."""
     bitset.discard(t.marks, slot, here)
     push(t, slot, key, t.aux[slot * t.nblocks + key], upcoming, never)
 
 
-@kernel
+@inlined
 def victims(t, slot, upcoming, need, never, sizes, block):
     """``ClairvoyantPolicy._heap_victims`` (no pins): the victims' count, or -1 to refuse.
 

@@ -9,7 +9,7 @@ a block read from cold to warm (promotion).
 from __future__ import annotations
 
 from tierload.simulator.fast import tier
-from tierload.simulator.fast.jit import kernel
+from tierload.simulator.fast.jit import inlined, kernel
 
 # Indices of the totals array.
 HOT_HITS, WARM_HITS, COLD_MISSES, COLD_BYTES, COLD_GETS = 0, 1, 2, 3, 4
@@ -18,7 +18,7 @@ TOTALS = 9
 HOT, WARM, COLD = 0, 1, 2  # per-access outcomes
 
 
-@kernel
+@inlined
 def _offer_warm(warm, key, now, never, sizes, block, totals):
     """Offer ``key`` to the warm tier (a node's warm sync proposing it)."""
     chosen = tier.admit(warm, 0, key, now, never, never, sizes, block)
@@ -27,7 +27,7 @@ def _offer_warm(warm, key, now, never, sizes, block, totals):
         totals[WARM_DEMOTIONS] += chosen
 
 
-@kernel
+@inlined
 def _miss(hot, warm, has_warm, node, key, now, warm_now, upcoming, never, sizes, gets, block, totals):
     """Serve a hot miss; returns where it was served from."""
     from_cold = not has_warm or warm.resident[key] == 0

@@ -14,7 +14,7 @@ import numpy as np
 
 from tierload.simulator.fast import bitset, clairvoyant, heap, lfu, lru
 from tierload.simulator.fast import counter as decay
-from tierload.simulator.fast.jit import kernel
+from tierload.simulator.fast.jit import inlined
 
 KEEP, LRU, LFU, LFU_SIZE, CLAIRVOYANT = 0, 1, 2, 3, 4
 POLICY_CODES = {"keep": KEEP, "lru": LRU, "lfu": LFU, "lfu-size": LFU_SIZE, "clairvoyant": CLAIRVOYANT}
@@ -115,7 +115,7 @@ def new_tier(policy: str, slots: int, capacity_bytes: int, sizes: np.ndarray, *,
                                                                      positions if code == CLAIRVOYANT else 0))
 
 
-@kernel
+@inlined
 def on_access(t, slot, key, here, now, upcoming, never):
     """Count an access (at trace position ``here``) and tell the policy (``TierIndex.record_access``
     as the simulator binds it)."""
@@ -131,7 +131,7 @@ def on_access(t, slot, key, here, now, upcoming, never):
         clairvoyant.on_access(t, slot, key, here, upcoming, never)
 
 
-@kernel
+@inlined
 def _remove(t, slot, key, size):
     idx = slot * t.nblocks + key
     t.resident[idx] = 0
@@ -142,7 +142,7 @@ def _remove(t, slot, key, size):
         t.live[idx] = -1
 
 
-@kernel
+@inlined
 def _insert(t, slot, key, size, upcoming, never):
     idx = slot * t.nblocks + key
     t.resident[idx] = 1
@@ -157,7 +157,7 @@ def _insert(t, slot, key, size, upcoming, never):
         lfu.push(t, slot, key, size)
 
 
-@kernel
+@inlined
 def _victims(t, slot, key, size, need, now, upcoming, never, sizes, block):
     if t.policy == LRU:
         return lru.victims(t, slot, need, sizes)
@@ -168,7 +168,7 @@ def _victims(t, slot, key, size, need, now, upcoming, never, sizes, block):
     return lfu.victims(t, slot, key, size, need, now, sizes)
 
 
-@kernel
+@inlined
 def admit(t, slot, key, now, upcoming, never, sizes, block):
     """Offer ``key`` to the slot (``TierIndex.reserve`` then ``commit``); ``block``: the trace's blocks.
 
