@@ -10,12 +10,17 @@ instead of in a heap: no sift through ten levels of cache misses per access, no 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, cast
 
 import numpy as np
-from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
+from numba.cpython.unsafe import numbers
 
 from tierload.simulator.fast.jit import kernel
+
+# LLVM's ctlz / cttz on an int64 (numba intrinsics; typed here as the functions they compile to).
+leading_zeros = cast(Callable[[int], int], numbers.leading_zeros)
+trailing_zeros = cast(Callable[[int], int], numbers.trailing_zeros)
 
 
 class Bitsets(NamedTuple):
