@@ -1,94 +1,72 @@
-"""Clairvoyant (Belady) victims over a next-use heap (:class:`ClairvoyantPolicy`, compiled).
+"""Clairvoyant (Belady) victims over residents ordered by next use (:class:`ClairvoyantPolicy`, compiled).
 
-Entries are ``(-next use, admission order)``; a next use of ``NEVER`` is ``-inf``. A
-resident's entry is replaced at each of its accesses, keeping its admission order, so ties
-(residents never needed again) still go oldest first.
+The reference orders residents by ``(-next use, admission order)``, a next use of ``NEVER``
+first. Next uses are trace positions, unique among a node's residents, so a resident needed
+again is kept as the bit of its next use in a hierarchical bitset (:mod:`.bitset`): its key
+is the trace's block at that position, and when the access at that position comes, the bit
+moves to the access's next use. Residents never needed again go to a heap ordered by
+admission order (they are never accessed again, so the heap has no stale entries). Victims:
+never-needed residents oldest first, then the furthest next uses, until one is needed no
+later than the newcomer.
 """
 
 from __future__ import annotations
 
-import math
-
-from tierload.simulator.fast import heap
-from tierload.simulator.fast.jit import kernel
+from tierload.simulator.fast import bitset, heap
+from tierload.simulator.fast.jit import inlined
 
 
-@kernel
-def _prim(upcoming, never):
-    return -math.inf if upcoming == never else -float(upcoming)
-
-
-@kernel
+@inlined
 def push(t, slot, key, order, upcoming, never):
-    """Add or replace a resident's entry (``ClairvoyantPolicy._push``)."""
-    h = t.heaps
-    offset = slot * t.nblocks
-    if h.length[slot] == h.cap[0]:
-        heap.compact(h, slot, t.live, offset)
-    ident = t.idents[slot]
-    t.idents[slot] = ident + 1
-    t.live[offset + key] = ident
-    t.aux[offset + key] = order
-    heap.push(h, slot, _prim(upcoming, never), order, ident, key)
+    """File a resident under its next use (``ClairvoyantPolicy._push``)."""
+    t.aux[slot * t.nblocks + key] = order
+    if upcoming == never:
+        heap.push(t.heaps, slot, 0.0, order, order, key)
+    else:
+        bitset.add(t.marks, slot, upcoming)
 
 
-@kernel
-def _drop_stale(t, slot, base, offset):
-    h = t.heaps
-    while h.length[slot] > 0 and t.live[offset + h.entries[base].key] != h.entries[base].ident:
-        heap.pop(h, slot)
+@inlined
+def on_access(t, slot, key, here, upcoming, never):
+    """A resident is read at trace position ``here`` (its filed next use): refile it."""
+    bitset.discard(t.marks, slot, here)
+    push(t, slot, key, t.aux[slot * t.nblocks + key], upcoming, never)
 
 
-@kernel
-def _bypass(prim, newcomer):
-    """The resident is needed no later than the newcomer (and is needed at all)."""
-    return -prim <= newcomer and prim != -math.inf
+@inlined
+def victims(t, slot, upcoming, need, never, sizes, block):
+    """``ClairvoyantPolicy._heap_victims`` (no pins): the victims' count, or -1 to refuse.
 
-
-@kernel
-def _unstash(t, slot, first, stop):
-    for at in range(first, stop):
-        heap.push(t.heaps, slot, t.stash_prim[at], t.stash_tie[at], t.stash_ident[at], t.stash_key[at])
-
-
-@kernel
-def victims(t, slot, upcoming, need, never, sizes):
-    """``ClairvoyantPolicy._heap_victims`` (no pins): the victims' count, or -1 to refuse."""
+    ``t.stash_key`` holds the candidates in the reference's order; ``t.stash_tie`` the
+    never-needed ones' admission order, ``t.stash_ident`` the others' next use.
+    """
     if upcoming == never:
         return -1
     h = t.heaps
-    base, offset = slot * h.cap[0], slot * t.nblocks
-    newcomer = float(upcoming)
-    _drop_stale(t, slot, base, offset)
-    if h.length[slot] > 0:
-        if _bypass(h.entries[base].prim, newcomer):
-            return -1
-        if sizes[h.entries[base].key] >= need:
-            t.victims[0] = h.entries[base].key
-            heap.pop(h, slot)
-            return 1
-    # Chosen entries are stashed from 1 on; the one kept (it ends the search) at 0.
+    base = slot * h.cap[0]
     chosen = freed = 0
-    kept = False
-    while h.length[slot] > 0 and freed < need:
-        at = 0 if _bypass(h.entries[base].prim, newcomer) else chosen + 1
-        stale = t.live[offset + h.entries[base].key] != h.entries[base].ident
-        t.stash_prim[at], t.stash_tie[at] = h.entries[base].prim, h.entries[base].tie
-        t.stash_ident[at], t.stash_key[at] = h.entries[base].ident, h.entries[base].key
+    while freed < need and h.length[slot] > 0:
+        key = h.entries[base].key
+        t.stash_key[chosen], t.stash_tie[chosen] = key, h.entries[base].tie
         heap.pop(h, slot)
-        if stale:
-            continue
-        if at == 0:
-            kept = True
-            break
         chosen += 1
-        freed += sizes[t.stash_key[at]]
-    admitted = freed >= need
-    if kept:
-        _unstash(t, slot, 0, 1)
-    if not admitted:
-        _unstash(t, slot, 1, chosen + 1)
+        freed += sizes[key]
+    never_needed = chosen
+    position = len(block)
+    while freed < need:
+        position = bitset.highest_below(t.marks, slot, position)
+        if position < upcoming:  # needed no later than the newcomer (or none left): keep it
+            break
+        key = block[position]
+        t.stash_key[chosen], t.stash_ident[chosen] = key, position
+        chosen += 1
+        freed += sizes[key]
+    if freed < need:
+        for at in range(never_needed):
+            heap.push(h, slot, 0.0, t.stash_tie[at], t.stash_tie[at], t.stash_key[at])
         return -1
     for at in range(chosen):
-        t.victims[at] = t.stash_key[at + 1]
+        t.victims[at] = t.stash_key[at]
+        if at >= never_needed:
+            bitset.discard(t.marks, slot, t.stash_ident[at])
     return chosen

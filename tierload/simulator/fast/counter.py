@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 from tierload.policies.frequency import COUNT_TOLERANCE
-from tierload.simulator.fast.jit import kernel
+from tierload.simulator.fast.jit import inlined, kernel
 
 
-@kernel
+@inlined
 def add(t, idx, now):
     """Record one access of index ``idx`` at ``now`` (``DecayingCounter.add``)."""
     value = t.counts_state[idx, 0]
@@ -32,7 +32,7 @@ def add(t, idx, now):
         t.counts_state[idx, 2] += 1.0
 
 
-@kernel
+@inlined
 def count(t, idx, now):
     """``DecayingCounter.count``."""
     value = t.counts_state[idx, 0]
@@ -42,7 +42,7 @@ def count(t, idx, now):
     return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value
 
 
-@kernel
+@inlined
 def count_before(t, idx, now):
     """``DecayingCounter.count_before``."""
     value = t.counts_state[idx, 0]
@@ -52,7 +52,7 @@ def count_before(t, idx, now):
     return value * 2.0 ** (-(now - then) / t.half_life) if now > then else value - t.counts_state[idx, 2]
 
 
-@kernel
+@inlined
 def score(t, idx):
     """``DecayingCounter.score``."""
     value = t.counts_state[idx, 0]

@@ -9,17 +9,17 @@ from __future__ import annotations
 import math
 
 from tierload.simulator.fast import counter, heap
-from tierload.simulator.fast.jit import kernel
+from tierload.simulator.fast.jit import inlined, kernel
 
 LFU_SIZE = 3  # the policy code of lfu-size (see tierload.simulator.fast.tier)
 
 
-@kernel
+@inlined
 def _weight(t, size):
     return (t.get_cost + size) / max(size, 1)
 
 
-@kernel
+@inlined
 def rank(t, idx, size):
     """Heap order of a resident (``LFUPolicy._rank`` / ``SizeAwareLFUPolicy._rank``)."""
     value = counter.score(t, idx)
@@ -28,21 +28,21 @@ def rank(t, idx, size):
     return value
 
 
-@kernel
+@inlined
 def _value(t, idx, size, now):
     before = counter.count_before(t, idx, now)
     value = before if before > 0 else counter.count(t, idx, now)
     return value * _weight(t, size) if t.policy == LFU_SIZE else value
 
 
-@kernel
+@inlined
 def _newcomer_value(t, idx, size, now):
     before = counter.count_before(t, idx, now)
     value = before if before > 0 else counter.count(t, idx, now) - 1.0
     return value * _weight(t, size) if t.policy == LFU_SIZE else value
 
 
-@kernel
+@inlined
 def push(t, slot, key, size):
     """Add a resident's entry (``LFUPolicy._push``)."""
     h = t.heaps
@@ -55,7 +55,7 @@ def push(t, slot, key, size):
     heap.push(h, slot, rank(t, offset + key, size), tie, tie, key)
 
 
-@kernel
+@inlined
 def _top(t, slot, sizes):
     """Whether the slot has a resident; if so its lowest-ranked one is at the heap's root."""
     h = t.heaps
@@ -88,7 +88,7 @@ def _unstash(t, slot, first, stop):
         heap.push(t.heaps, slot, t.stash_prim[at], t.stash_tie[at], t.stash_tie[at], t.stash_key[at])
 
 
-@kernel
+@inlined
 def victims(t, slot, key, size, need, now, sizes):
     """``LFUPolicy.victims`` (no pins): the victims' count (in ``t.victims``), or -1 to refuse."""
     h = t.heaps

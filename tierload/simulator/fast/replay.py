@@ -9,7 +9,7 @@ a block read from cold to warm (promotion).
 from __future__ import annotations
 
 from tierload.simulator.fast import tier
-from tierload.simulator.fast.jit import kernel
+from tierload.simulator.fast.jit import inlined, kernel
 
 # Indices of the totals array.
 HOT_HITS, WARM_HITS, COLD_MISSES, COLD_BYTES, COLD_GETS = 0, 1, 2, 3, 4
@@ -18,17 +18,17 @@ TOTALS = 9
 HOT, WARM, COLD = 0, 1, 2  # per-access outcomes
 
 
-@kernel
-def _offer_warm(warm, key, now, never, sizes, totals):
+@inlined
+def _offer_warm(warm, key, now, never, sizes, block, totals):
     """Offer ``key`` to the warm tier (a node's warm sync proposing it)."""
-    chosen = tier.admit(warm, 0, key, now, never, never, sizes)
+    chosen = tier.admit(warm, 0, key, now, never, never, sizes, block)
     if chosen >= 0:
         totals[WARM_PROMOTIONS] += 1
         totals[WARM_DEMOTIONS] += chosen
 
 
-@kernel
-def _miss(hot, warm, has_warm, node, key, now, warm_now, upcoming, never, sizes, gets, totals):
+@inlined
+def _miss(hot, warm, has_warm, node, key, now, warm_now, upcoming, never, sizes, gets, block, totals):
     """Serve a hot miss; returns where it was served from."""
     from_cold = not has_warm or warm.resident[key] == 0
     if from_cold:
@@ -37,7 +37,7 @@ def _miss(hot, warm, has_warm, node, key, now, warm_now, upcoming, never, sizes,
         totals[COLD_GETS] += gets[key]
     else:
         totals[WARM_HITS] += 1
-    chosen = tier.admit(hot, node, key, now, upcoming, never, sizes)
+    chosen = tier.admit(hot, node, key, now, upcoming, never, sizes, block)
     if chosen >= 0:
         totals[HOT_PROMOTIONS] += 1
         totals[HOT_DEMOTIONS] += chosen
@@ -45,9 +45,9 @@ def _miss(hot, warm, has_warm, node, key, now, warm_now, upcoming, never, sizes,
             for at in range(chosen):
                 victim = hot.victims[at]
                 if warm.resident[victim] == 0:
-                    _offer_warm(warm, victim, warm_now, never, sizes, totals)
+                    _offer_warm(warm, victim, warm_now, never, sizes, block, totals)
     if from_cold and has_warm:
-        _offer_warm(warm, key, warm_now, never, sizes, totals)
+        _offer_warm(warm, key, warm_now, never, sizes, block, totals)
     return COLD if from_cold else WARM
 
 
@@ -82,13 +82,14 @@ def replay(block, node, epoch, nexts, sizes, gets, hot, warm, has_warm, clocks, 
             clocks[warm_at] = e
         warm_now = clocks[warm_at]
         upcoming = nexts[i] if clairvoyant else never
-        tier.on_access(hot, n, key, now, upcoming, never)
+        tier.on_access(hot, n, key, i, now, upcoming, never)
         if has_warm:
-            tier.on_access(warm, 0, key, warm_now, never, never)
+            tier.on_access(warm, 0, key, i, warm_now, never, never)
         if hot.resident[n * hot.nblocks + key]:
             totals[HOT_HITS] += 1
             served = HOT
         else:
-            served = _miss(hot, warm, has_warm, n, key, now, warm_now, upcoming, never, sizes, gets, totals)
+            served = _miss(hot, warm, has_warm, n, key, now, warm_now, upcoming, never, sizes, gets, block,
+                           totals)
         if record:
             outcome[i] = served

@@ -31,12 +31,12 @@ def supports(spec: StackSpec) -> bool:
 
 
 def _tier(policy: str, slots: int, capacity_bytes: int, admit_min_count: float, get_cost_bytes: int,
-          spec: StackSpec, sizes: np.ndarray):
+          spec: StackSpec, sizes: np.ndarray, positions: int = 0):
     counts = _counts_matter(policy, admit_min_count)
     # As the reference: a threshold that counting would always pass is dropped with the counting.
     return new_tier(policy, slots, capacity_bytes, sizes, counts=counts,
                     admit_min_count=admit_min_count if counts else 0.0, half_life=spec.half_life,
-                    get_cost_bytes=get_cost_bytes)
+                    get_cost_bytes=get_cost_bytes, positions=positions)
 
 
 def simulate_fast(trace: Trace, spec: StackSpec, progress: Progress | None = None,
@@ -65,7 +65,7 @@ def simulate_fast(trace: Trace, spec: StackSpec, progress: Progress | None = Non
     sizes = np.ascontiguousarray(trace.block_bytes, dtype=np.int64)
     gets = np.maximum(1, -(-sizes // spec.max_request_bytes))
     hot = _tier(spec.hot_policy, num_nodes, spec.hot_capacity_bytes, spec.hot_admit_min_count,
-                spec.hot_get_cost_bytes, spec, sizes)
+                spec.hot_get_cost_bytes, spec, sizes, length)
     has_warm = spec.warm_policy is not None
     warm = _tier(spec.warm_policy or "keep", 1, spec.warm_capacity_bytes if has_warm else 0,
                  spec.warm_admit_min_count, spec.warm_get_cost_bytes, spec, sizes if has_warm else sizes[:1])
