@@ -18,6 +18,7 @@ import asyncio
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, overload
 
 import numpy as np
@@ -48,12 +49,18 @@ class ObjectInfo:
 
 
 class _Page:
-    """The columns of one page (or one folder) of a listing, before filtering and sorting."""
+    """The columns of one page (or one folder) of a listing, before filtering and sorting.
+
+    Built from Python lists as they arrive and held as arrays, so a listing in progress
+    keeps no Python object per object.
+    """
 
     __slots__ = ("urls", "sizes", "versions")
 
     def __init__(self, urls: list[str], sizes: list[int], versions: list[str]) -> None:
-        self.urls, self.sizes, self.versions = urls, sizes, versions
+        self.urls = pa.array(urls, _STRINGS)
+        self.sizes = np.asarray(sizes, np.int64)
+        self.versions = pa.array(versions, _STRINGS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,10 +94,10 @@ class ObjectListing(Sequence[ObjectInfo]):
         sizes: list[np.ndarray] = []
         versions: list[pa.Array] = []
         for page in pages:
-            if page.urls:
-                urls.append(pa.array(page.urls, _STRINGS))
-                sizes.append(np.asarray(page.sizes, np.int64))
-                versions.append(pa.array(page.versions, _STRINGS))
+            if len(page.urls):
+                urls.append(page.urls)
+                sizes.append(page.sizes)
+                versions.append(page.versions)
         if not urls:
             return cls(pa.array([], _STRINGS), np.zeros(0, np.int64), pa.array([], _STRINGS))
         listing = cls(pa.concat_arrays(urls), np.concatenate(sizes), pa.concat_arrays(versions))
@@ -137,6 +144,30 @@ def _kept_sorted(urls: pa.Array, exclude: Sequence[str]) -> np.ndarray:
     return kept.take(order).to_numpy(zero_copy_only=False)
 
 
+def _timestamp(value: Any) -> Any:
+    """botocore's timestamp parser, with a fast path for S3's ISO 8601 ``...Z`` times.
+
+    botocore parses every ``LastModified`` of a listing with dateutil (~40 us each: 40% of a
+    listing's CPU); the result here is the same tz-aware UTC datetime.
+    """
+    from botocore.utils import parse_timestamp
+    from dateutil.tz import tzutc
+
+    if isinstance(value, str) and value.endswith("Z") and "T" in value:
+        try:
+            return datetime.fromisoformat(value[:-1]).replace(tzinfo=tzutc())
+        except ValueError:
+            pass
+    return parse_timestamp(value)
+
+
+def _fast_timestamps(client: Any) -> None:
+    """Give ``client``'s response parsers :func:`_timestamp` (same values, a fraction of the cost)."""
+    factory = getattr(getattr(client, "_endpoint", None), "_response_parser_factory", None)
+    if factory is not None and hasattr(factory, "set_parser_defaults"):
+        factory.set_parser_defaults(timestamp_parser=_timestamp)
+
+
 async def _list_pages(fs: Any, bucket: str, prefix: str, delimiter: str, url_base: str,
                       pages: list[_Page]) -> list[str]:
     """Append every page of one prefix to ``pages``; return the folders (common prefixes) named."""
@@ -170,7 +201,7 @@ async def list_s3(fs: Any, protocol: str, root: str, exclude: Sequence[str] = ()
     bucket, _, key = root.partition("/")
     prefix = f"{key.rstrip('/')}/" if key else ""
     url_base = f"{protocol}://{bucket}/"
-    await fs.set_session()
+    _fast_timestamps(await fs.set_session())
     pages: list[_Page] = []
     folders = await _list_pages(fs, bucket, prefix, "/", url_base, pages)
     gate = asyncio.Semaphore(max(1, in_flight))
@@ -192,7 +223,9 @@ def list_local(root: str, protocol: str = "file", exclude: Sequence[str] = ()) -
     Raises:
         OSError: A directory cannot be read.
     """
-    page = _Page([], [], [])
+    urls: list[str] = []
+    sizes: list[int] = []
+    versions: list[str] = []
     url_base = f"{protocol}://"
     if os.path.isfile(root):
         status = os.stat(root)
@@ -206,10 +239,10 @@ def list_local(root: str, protocol: str = "file", exclude: Sequence[str] = ()) -
                     pending.append(entry.path)
                 elif entry.is_file():
                     status = entry.stat()
-                    page.urls.append(url_base + entry.path)
-                    page.sizes.append(status.st_size)
-                    page.versions.append(f"{status.st_mtime}-{status.st_size}")
-    return ObjectListing.from_pages([page], exclude)
+                    urls.append(url_base + entry.path)
+                    sizes.append(status.st_size)
+                    versions.append(f"{status.st_mtime}-{status.st_size}")
+    return ObjectListing.from_pages([_Page(urls, sizes, versions)], exclude)
 
 
 def list_fsspec(fs: Any, root: str, protocol: str, version_of: Any, exclude: Sequence[str] = ()) -> ObjectListing:
@@ -222,10 +255,12 @@ def list_fsspec(fs: Any, root: str, protocol: str, version_of: Any, exclude: Seq
         version_of: ``version_of(info) -> str``.
         exclude: Base names to skip.
     """
-    page = _Page([], [], [])
+    urls: list[str] = []
+    sizes: list[int] = []
+    versions: list[str] = []
     for path, info in fs.find(root, detail=True, withdirs=False).items():
         if info.get("type") != "directory":
-            page.urls.append(f"{protocol}://{path}")
-            page.sizes.append(int(info.get("size") or 0))
-            page.versions.append(version_of(info))
-    return ObjectListing.from_pages([page], exclude)
+            urls.append(f"{protocol}://{path}")
+            sizes.append(int(info.get("size") or 0))
+            versions.append(version_of(info))
+    return ObjectListing.from_pages([_Page(urls, sizes, versions)], exclude)
