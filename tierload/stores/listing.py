@@ -94,15 +94,19 @@ class ObjectListing(Sequence[ObjectInfo]):
         urls: list[pa.Array] = []
         sizes: list[np.ndarray] = []
         versions: list[pa.Array] = []
-        for page in pages:
-            if len(page.urls):
-                urls.append(page.urls)
-                sizes.append(page.sizes)
-                versions.append(page.versions)
+        # Pages in order of their first URL: a listing whose pages do not overlap (S3's folders)
+        # is then sorted already and needs no reordering copy.
+        for page in sorted((page for page in pages if len(page.urls)), key=lambda page: page.urls[0].as_py()):
+            urls.append(page.urls)
+            sizes.append(page.sizes)
+            versions.append(page.versions)
         if not urls:
             return cls(pa.array([], _STRINGS), np.zeros(0, np.int64), pa.array([], _STRINGS))
         listing = cls(pa.concat_arrays(urls), np.concatenate(sizes), pa.concat_arrays(versions))
-        return listing.take(_kept_sorted(listing.urls, exclude))
+        positions = _kept_sorted(listing.urls, exclude)
+        if len(positions) == len(listing) and bool(np.all(positions[1:] > positions[:-1])):
+            return listing
+        return listing.take(positions)
 
     def take(self, indices: np.ndarray) -> "ObjectListing":
         """The objects at ``indices`` (int64), in that order."""
@@ -140,9 +144,9 @@ def _kept_sorted(urls: pa.Array, exclude: Sequence[str]) -> np.ndarray:
     drop = pc.or_(pc.ends_with(urls, "/"), pc.equal(pc.utf8_length(names), 0))
     if exclude:
         drop = pc.or_(drop, pc.is_in(names, value_set=pa.array(list(exclude), _STRINGS)))
-    kept = pc.filter(pa.array(np.arange(len(urls), dtype=np.int64)), pc.invert(drop))
-    order = pc.sort_indices(urls.take(kept))  # binary order of UTF-8 = code-point order, as sorted()
-    return kept.take(order).to_numpy(zero_copy_only=False)
+    order = pc.sort_indices(urls).to_numpy(zero_copy_only=False)  # UTF-8 byte order = sorted()'s order
+    kept = ~drop.to_numpy(zero_copy_only=False)
+    return order[kept[order]]
 
 
 def _timestamp(value: Any) -> Any:
