@@ -271,7 +271,7 @@ def cache_path(source: ColdSource, config: ManifestConfig, layout: str | None) -
     endpoint = str(source.storage_options.get("client_kwargs", {}).get("endpoint_url", ""))
     ident = xxhash.xxh3_64_hexdigest(
         f"{source.url}\x00{layout or config.layout}\x00{endpoint}\x00{config.block_bytes}\x00"
-        f"{config.pack_threshold_bytes}\x00{config.pack_target_bytes}".encode())
+        f"{config.pack_threshold_bytes}\x00{config.pack_target_bytes}\x00{config.pack_order}".encode())
     return Path(os.path.expanduser(config.cache_dir)) / f"{ident}.arrow"
 
 

@@ -22,7 +22,7 @@ from PIL import Image
 from tierload.blocks import Block
 from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
-from tierload.packs import PackIndex, PackMembers, cut_runs, pack_digests
+from tierload.packs import PackIndex, PackMembers, cut_runs, mixing_order, pack_digests
 from tierload.stores.listing import ObjectInfo, ObjectListing
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,8 @@ def _labels(prefix_url: str, urls: pa.Array) -> tuple[np.ndarray, list[str]]:
 
 
 def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo], *, extensions: tuple[str, ...] | None,
-                 skip_empty: bool, pack_threshold_bytes: int = 0, pack_target_bytes: int = 0) -> LayoutPlan:
+                 skip_empty: bool, pack_threshold_bytes: int = 0, pack_target_bytes: int = 0,
+                 pack_order: str = "listing") -> LayoutPlan:
     """One sample per object, labelled by class folder; one block per object or per pack of small ones.
 
     Works on the listing's columns: no Python object per sample (only per block).
@@ -84,6 +85,8 @@ def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo],
         skip_empty: Skip zero-byte objects (recorded in ``skipped``) instead of yielding them.
         pack_threshold_bytes: Objects smaller than this are packed (see :mod:`tierload.packs`).
         pack_target_bytes: About how large a pack grows; 0 disables packing.
+        pack_order: ``"mixed"`` packs small objects in :func:`tierload.packs.mixing_order` (the
+            manifest's samples then follow that order), ``"listing"`` packs neighbours.
 
     Raises:
         ManifestError: No object qualifies.
@@ -91,6 +94,8 @@ def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo],
     if not isinstance(objects, ObjectListing):
         objects = ObjectListing.of(objects)
     kept, skipped = _kept(prefix_url, objects, extensions, skip_empty)
+    if pack_target_bytes > 0 and pack_order == "mixed":
+        kept = kept.take(mixing_order(kept.sizes, pack_threshold_bytes))
     labels, class_names = _labels(prefix_url, kept.urls)
     bounds = cut_runs(kept.sizes, pack_threshold_bytes, pack_target_bytes)
     lengths = np.diff(bounds)

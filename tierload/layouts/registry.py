@@ -53,14 +53,16 @@ def _plan_imagefolder(source: ColdSource, objects: ObjectListing, config: Manife
     from tierload.layouts.objects import plan_objects
 
     return plan_objects(source.url, objects, extensions=tuple(e.lower() for e in config.extensions), skip_empty=True,
-                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes)
+                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes,
+                        pack_order=config.pack_order)
 
 
 def _plan_files(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
     from tierload.layouts.objects import plan_objects
 
     return plan_objects(source.url, objects, extensions=None, skip_empty=False,
-                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes)
+                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes,
+                        pack_order=config.pack_order)
 
 
 def _plan_parquet(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
