@@ -211,3 +211,24 @@ def test_packs_are_never_larger_than_a_sixteenth_of_the_hot_tier():
     assert manifest_settings(off).pack_target_bytes == 0  # packing off stays off
     no_hot = load_config({"hot": {"capacity_bytes": 0}, "manifest": {"pack_target_bytes": "8MiB"}})
     assert manifest_settings(no_hot) is no_hot.manifest  # no hot tier to fit
+
+
+def test_mixed_packs_hold_many_classes_and_listing_packs_one():
+    """A listing is sorted by class folder: packs of neighbours would feed block-aware shuffle
+    batches of a handful of classes; mixed packs (the default) hold many classes each."""
+    from tierload.layouts.objects import plan_objects
+
+    objects = [ObjectInfo(f"file:///d/{label}/img-{i:03d}.png", 100, "v") for label in range(8) for i in range(32)]
+    kwargs = dict(extensions=(".png",), skip_empty=True, pack_threshold_bytes=1000, pack_target_bytes=1600)
+
+    def classes_per_pack(order: str) -> list[int]:
+        plan = plan_objects("file:///d", objects, pack_order=order, **kwargs)
+        assert sorted(plan.labels.tolist()) == sorted(int(o.url.split("/")[-2]) for o in objects)
+        return [len(set(plan.labels[plan.sample_block == b].tolist())) for b in range(len(plan.blocks))]
+
+    listing, mixed = classes_per_pack("listing"), classes_per_pack("mixed")
+    assert len(listing) == len(mixed) == 16  # 256 objects of 100 bytes, 16 per pack either way
+    assert max(listing) <= 2 and min(mixed) >= 5
+    again = plan_objects("file:///d", objects, pack_order="mixed", **kwargs)
+    first = plan_objects("file:///d", objects, pack_order="mixed", **kwargs)
+    assert [b.key for b in again.blocks] == [b.key for b in first.blocks]  # the same listing, the same packs

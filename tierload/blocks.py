@@ -38,6 +38,13 @@ class Block:
         return cls(block_key(url, version, offset, length), url, version, offset, length)
 
     @classmethod
-    def pack(cls, members: PackMembers) -> "Block":
-        """The block of a pack of small objects (key and version derive from every member)."""
-        return cls(members.key(), members.first_url, members.digest(), 0, members.total_bytes, members)
+    def pack(cls, members: PackMembers, digest: str | None = None) -> "Block":
+        """The block of a pack of small objects (key and version derive from every member).
+
+        Args:
+            members: The pack's objects.
+            digest: ``members.digest()`` when already known (planners compute many at once).
+        """
+        digest = members.digest() if digest is None else digest
+        return cls(block_key(members.first_url, digest, 0, members.total_bytes), members.first_url, digest, 0,
+                   members.total_bytes, members)

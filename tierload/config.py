@@ -189,6 +189,9 @@ class ManifestConfig(_Frozen):
     # (one tier block each) of about pack_target_bytes; pack_target_bytes: 0 turns packing off.
     pack_threshold_bytes: int = 2**20
     pack_target_bytes: int = 8 * 2**20
+    # "mixed": packs take small objects in a fixed pseudo-random order, so a pack holds samples of
+    # many class folders; "listing": neighbours in listing order (a pack is then mostly one class).
+    pack_order: Literal["mixed", "listing"] = "mixed"
 
     _parse_sizes = field_validator("block_bytes", "pack_threshold_bytes", "pack_target_bytes",
                                    mode="before")(_bytes_field)

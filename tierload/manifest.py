@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 from tierload.blocks import Block
@@ -28,7 +29,7 @@ from tierload.errors import ManifestError
 from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUTS, layout_spec
 from tierload.packs import PackIndex, PackMembers
-from tierload.stores.cold import ColdSource, ObjectInfo
+from tierload.stores.cold import ColdSource, ObjectListing
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2
@@ -223,13 +224,17 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
                     extra=meta["extra"], skipped=meta["skipped"], created_at=meta["created_at"])
 
 
-def detect_layout(objects: list[ObjectInfo], config: ManifestConfig) -> str:
+def detect_layout(objects: ObjectListing, config: ManifestConfig) -> str:
     """Pick the layout from what the listing holds (``manifest.layout: auto``)."""
-    names = [obj.url.lower() for obj in objects if obj.size > 0]
+    names = pc.utf8_lower(objects.urls.filter(pa.array(objects.sizes > 0)))
+
+    def every(suffix: str) -> bool:
+        return bool(pc.all(pc.ends_with(names, suffix)).as_py())
+
     for spec in LAYOUTS.values():
-        if names and spec.suffix is not None and all(name.endswith(spec.suffix) for name in names):
+        if len(names) and spec.suffix is not None and every(spec.suffix):
             return spec.name
-    if any(name.endswith(tuple(config.extensions)) for name in names):
+    if any(bool(pc.any(pc.ends_with(names, extension)).as_py()) for extension in config.extensions):
         return "imagefolder"
     return "files"
 
@@ -248,7 +253,7 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
         BackendError: The listing failed (unreachable endpoint, missing bucket ...).
     """
     objects = source.list_objects(exclude=tuple(config.exclude))
-    if not objects:
+    if len(objects) == 0:
         raise ManifestError("the prefix holds no objects", tier="cold", url=source.url)
     chosen = layout or config.layout
     if chosen == "auto":
@@ -266,7 +271,7 @@ def cache_path(source: ColdSource, config: ManifestConfig, layout: str | None) -
     endpoint = str(source.storage_options.get("client_kwargs", {}).get("endpoint_url", ""))
     ident = xxhash.xxh3_64_hexdigest(
         f"{source.url}\x00{layout or config.layout}\x00{endpoint}\x00{config.block_bytes}\x00"
-        f"{config.pack_threshold_bytes}\x00{config.pack_target_bytes}".encode())
+        f"{config.pack_threshold_bytes}\x00{config.pack_target_bytes}\x00{config.pack_order}".encode())
     return Path(os.path.expanduser(config.cache_dir)) / f"{ident}.arrow"
 
 
@@ -288,4 +293,5 @@ def load_manifest(source: ColdSource, config: ManifestConfig, layout: str | None
             log.warning("cached manifest %s is unreadable (%s); listing again", path, exc)
     manifest = build_manifest(source, config, layout)
     save_manifest(manifest, path)
-    return manifest
+    # The mapped file replaces the listing's arrays: its pages are shared and only read when used.
+    return open_manifest(path)

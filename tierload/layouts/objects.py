@@ -9,78 +9,123 @@ them as empty samples.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from PIL import Image
 
 from tierload.blocks import Block
 from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
-from tierload.packs import PackIndex, PackMembers, group_objects
-from tierload.stores.cold import ObjectInfo
+from tierload.packs import PackIndex, PackMembers, cut_runs, mixing_order, pack_digests
+from tierload.stores.listing import ObjectInfo, ObjectListing
 
 log = logging.getLogger(__name__)
 
 
-def _class_of(prefix_url: str, url: str) -> str:
-    relative = url[len(prefix_url):].lstrip("/")
-    return relative.split("/", 1)[0] if "/" in relative else ""
+def _skip(skipped: dict[str, str], urls: pa.Array, mask: np.ndarray, reason: str) -> None:
+    if mask.any():
+        skipped.update(dict.fromkeys(urls.filter(pa.array(mask)).to_pylist(), reason))
 
 
-def plan_objects(prefix_url: str, objects: list[ObjectInfo], *, extensions: tuple[str, ...] | None,
-                 skip_empty: bool, pack_threshold_bytes: int = 0, pack_target_bytes: int = 0) -> LayoutPlan:
-    """One sample per object, labelled by class folder; one block per object or per pack of small ones.
-
-    Args:
-        prefix_url: The dataset prefix (no trailing slash).
-        objects: The listing.
-        extensions: Lower-case suffixes to keep (None keeps every object).
-        skip_empty: Skip zero-byte objects (recorded in ``skipped``) instead of yielding them.
-        pack_threshold_bytes: Objects smaller than this are packed (see :mod:`tierload.packs`).
-        pack_target_bytes: About how large a pack grows; 0 disables packing.
-
-    Raises:
-        ManifestError: No object qualifies.
-    """
-    kept, skipped = [], {}
-    for obj in objects:
-        if extensions is not None and not obj.url.lower().endswith(extensions):
-            skipped[obj.url] = "extension not in manifest.extensions"
-        elif skip_empty and obj.size == 0:
-            skipped[obj.url] = "zero-byte object is not an image"
-        else:
-            kept.append(obj)
-    if not kept:
+def _kept(prefix_url: str, objects: ObjectListing, extensions: tuple[str, ...] | None,
+          skip_empty: bool) -> tuple[ObjectListing, dict[str, str]]:
+    """The objects that are samples, and the skipped ones' URLs with the reason."""
+    keep = np.ones(len(objects), bool)
+    skipped: dict[str, str] = {}
+    if extensions is not None:
+        lower = pc.utf8_lower(objects.urls)
+        matches = np.zeros(len(objects), bool)
+        for extension in extensions:
+            matches |= pc.ends_with(lower, extension).to_numpy(zero_copy_only=False)
+        _skip(skipped, objects.urls, ~matches, "extension not in manifest.extensions")
+        keep &= matches
+    if skip_empty:
+        empty = keep & (objects.sizes == 0)
+        _skip(skipped, objects.urls, empty, "zero-byte object is not an image")
+        keep &= ~empty
+    if not keep.any():
         raise ManifestError(f"no samples under the prefix ({len(objects)} objects listed, "
                             f"{len(skipped)} skipped; extensions={extensions})", tier="cold", url=prefix_url)
     if skipped:
         log.warning("%d objects under %s are not samples and were skipped (see manifest.skipped)",
                     len(skipped), prefix_url)
-    class_names = sorted({_class_of(prefix_url, obj.url) for obj in kept})
-    class_index = {name: i for i, name in enumerate(class_names)}
-    runs = group_objects(kept, pack_threshold_bytes, pack_target_bytes)
-    blocks = [_block_of(kept[run.start:run.stop]) for run in runs]
-    lengths = np.fromiter((len(run) for run in runs), np.int64, len(runs))
-    first = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return (objects if keep.all() else objects.take(np.flatnonzero(keep))), skipped
+
+
+def _labels(prefix_url: str, urls: pa.Array) -> tuple[np.ndarray, list[str]]:
+    """int64 (objects,) class index of each URL, and the sorted class names.
+
+    The class is the first folder below the prefix ("" for an object directly under it).
+    """
+    relative = pc.utf8_ltrim(pc.utf8_slice_codeunits(urls, len(prefix_url)), characters="/")
+    first = pc.list_element(pc.split_pattern(relative, "/", max_splits=1), 0)
+    classes = pc.if_else(pc.match_substring(relative, "/"), first, pa.scalar("", first.type))
+    names = sorted(pc.unique(classes).to_pylist())
+    index = pc.index_in(classes, value_set=pa.array(names, classes.type))
+    return index.to_numpy(zero_copy_only=False).astype(np.int64), names
+
+
+def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo], *, extensions: tuple[str, ...] | None,
+                 skip_empty: bool, pack_threshold_bytes: int = 0, pack_target_bytes: int = 0,
+                 pack_order: str = "listing") -> LayoutPlan:
+    """One sample per object, labelled by class folder; one block per object or per pack of small ones.
+
+    Works on the listing's columns: no Python object per sample (only per block).
+
+    Args:
+        prefix_url: The dataset prefix (no trailing slash).
+        objects: The listing (a sequence of objects is turned into one).
+        extensions: Lower-case suffixes to keep (None keeps every object).
+        skip_empty: Skip zero-byte objects (recorded in ``skipped``) instead of yielding them.
+        pack_threshold_bytes: Objects smaller than this are packed (see :mod:`tierload.packs`).
+        pack_target_bytes: About how large a pack grows; 0 disables packing.
+        pack_order: ``"mixed"`` packs small objects in :func:`tierload.packs.mixing_order` (the
+            manifest's samples then follow that order), ``"listing"`` packs neighbours.
+
+    Raises:
+        ManifestError: No object qualifies.
+    """
+    if not isinstance(objects, ObjectListing):
+        objects = ObjectListing.of(objects)
+    kept, skipped = _kept(prefix_url, objects, extensions, skip_empty)
+    if pack_target_bytes > 0 and pack_order == "mixed":
+        kept = kept.take(mixing_order(kept.sizes, pack_threshold_bytes))
+    labels, class_names = _labels(prefix_url, kept.urls)
+    bounds = cut_runs(kept.sizes, pack_threshold_bytes, pack_target_bytes)
+    lengths = np.diff(bounds)
+    first = np.repeat(bounds[:-1], lengths)
     return LayoutPlan(
-        blocks=blocks,
-        sample_block=np.repeat(np.arange(len(runs), dtype=np.int32), lengths),
+        blocks=_blocks(kept, bounds),
+        sample_block=np.repeat(np.arange(len(lengths), dtype=np.int32), lengths),
         sample_index=(np.arange(len(kept), dtype=np.int64) - first).astype(np.int32),
-        labels=np.array([class_index[_class_of(prefix_url, obj.url)] for obj in kept], dtype=np.int64),
+        labels=labels,
         classes=class_names,
         skipped=skipped,
     )
 
 
-def _block_of(objects: list[ObjectInfo]) -> Block:
-    if len(objects) == 1:
-        obj = objects[0]
-        return Block.of(obj.url, obj.version, 0, obj.size)
-    return Block.pack(PackMembers.of([o.url for o in objects], [o.version for o in objects],
-                                     [o.size for o in objects]))
+def _blocks(kept: ObjectListing, bounds: np.ndarray) -> list[Block]:
+    """A block per run: plain for one object, a pack (members sliced from the listing) for several."""
+    starts, stops = bounds[:-1], bounds[1:]
+    single = (stops - starts) == 1
+    at = pa.array(starts[single])
+    plain = map(Block.of, kept.urls.take(at).to_pylist(), kept.versions.take(at).to_pylist(),
+                itertools.repeat(0), kept.sizes[starts[single]].tolist())
+    digests = iter(pack_digests(kept.urls, kept.versions, kept.sizes, starts[~single], stops[~single]))
+    blocks = []
+    for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
+        if hi - lo == 1:
+            blocks.append(next(plain))
+        else:
+            members = PackMembers(kept.urls.slice(lo, hi - lo), kept.versions.slice(lo, hi - lo), kept.sizes[lo:hi])
+            blocks.append(Block.pack(members, next(digests)))
+    return blocks
 
 
 def decode_image(data: bytes) -> torch.Tensor:

@@ -17,10 +17,10 @@ from tierload.layouts.base import BlockDecoder, LayoutPlan
 if TYPE_CHECKING:
     from tierload.config import ManifestConfig
     from tierload.manifest import Manifest
-    from tierload.stores.cold import ColdSource, ObjectInfo
+    from tierload.stores.cold import ColdSource, ObjectListing
 
 # (source, objects, manifest config) -> plan
-Planner = Callable[["ColdSource", "list[ObjectInfo]", "ManifestConfig"], LayoutPlan]
+Planner = Callable[["ColdSource", "ObjectListing", "ManifestConfig"], LayoutPlan]
 # (manifest, label column, columns) -> decoder
 DecoderFactory = Callable[["Manifest", "str | None", "list[str] | None"], BlockDecoder]
 
@@ -31,7 +31,8 @@ class LayoutSpec:
 
     Attributes:
         name: The name written in configs (``manifest.layout``) and passed as ``layout=``.
-        plan: ``plan(source, objects, config) -> LayoutPlan``: blocks and samples from a listing.
+        plan: ``plan(source, objects, config) -> LayoutPlan``: blocks and samples from a listing
+            (columns; layouts of a few large objects walk it as ``ObjectInfo`` values).
         decoder: ``decoder(manifest, label_column, columns) -> BlockDecoder``.
         supports_direct_read: Its blocks decode from a device buffer, so the dataset may read
             them straight into GPU memory (the kvikio path of :mod:`tierload.gpu`).
@@ -48,36 +49,38 @@ class LayoutSpec:
     description: str
 
 
-def _plan_imagefolder(source: ColdSource, objects: list[ObjectInfo], config: ManifestConfig) -> LayoutPlan:
+def _plan_imagefolder(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
     from tierload.layouts.objects import plan_objects
 
     return plan_objects(source.url, objects, extensions=tuple(e.lower() for e in config.extensions), skip_empty=True,
-                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes)
+                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes,
+                        pack_order=config.pack_order)
 
 
-def _plan_files(source: ColdSource, objects: list[ObjectInfo], config: ManifestConfig) -> LayoutPlan:
+def _plan_files(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
     from tierload.layouts.objects import plan_objects
 
     return plan_objects(source.url, objects, extensions=None, skip_empty=False,
-                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes)
+                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes,
+                        pack_order=config.pack_order)
 
 
-def _plan_parquet(source: ColdSource, objects: list[ObjectInfo], config: ManifestConfig) -> LayoutPlan:
+def _plan_parquet(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
     from tierload.layouts.parquet import plan_parquet
 
-    return plan_parquet(source, objects, block_bytes=config.block_bytes)
+    return plan_parquet(source, list(objects), block_bytes=config.block_bytes)
 
 
-def _plan_webdataset(source: ColdSource, objects: list[ObjectInfo], config: ManifestConfig) -> LayoutPlan:
+def _plan_webdataset(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
     from tierload.layouts.webdataset import plan_webdataset
 
-    return plan_webdataset(source, objects, block_bytes=config.block_bytes)
+    return plan_webdataset(source, list(objects), block_bytes=config.block_bytes)
 
 
-def _plan_npy(source: ColdSource, objects: list[ObjectInfo], config: ManifestConfig) -> LayoutPlan:
+def _plan_npy(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
     from tierload.layouts.npy import plan_npy
 
-    return plan_npy(source, objects, block_bytes=config.block_bytes)
+    return plan_npy(source, list(objects), block_bytes=config.block_bytes)
 
 
 def _image_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:

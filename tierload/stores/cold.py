@@ -36,8 +36,10 @@ from tierload.errors import (
     TransientBackendError,
 )
 from tierload.stores.cold_async import RangeRequest, S3RangeReader
+from tierload.stores.listing import ObjectInfo, ObjectListing, list_fsspec, list_local, list_s3
 
-__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "RangeRequest", "s3_storage_options", "translate_error"]
+__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "ObjectListing", "RangeRequest", "s3_storage_options",
+           "translate_error"]
 
 log = logging.getLogger(__name__)
 
@@ -46,21 +48,6 @@ GENERIC_READ_THREADS = 8
 
 _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
                     "ServiceUnavailable", "503", "500", "502", "504"}
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """One object in the cold tier.
-
-    Attributes:
-        url: Full URL, e.g. ``s3://bucket/train/7/img.png``.
-        size: Size in bytes.
-        version: ETag (S3) or ``mtime-size`` (stores without ETags).
-    """
-
-    url: str
-    size: int
-    version: str
 
 
 def _error_code(exc: BaseException) -> str:
@@ -277,36 +264,50 @@ class ColdSource:
             return str(etag)
         return f"{info.get('mtime') or info.get('LastModified') or info.get('created', '')}-{info.get('size')}"
 
-    def list_objects(self, exclude: tuple[str, ...] = ()) -> list[ObjectInfo]:
-        """List every object under the prefix (paginated by s3fs; any number of objects).
+    def list_objects(self, exclude: tuple[str, ...] = ()) -> ObjectListing:
+        """List every object under the prefix, as columns (see :mod:`tierload.stores.listing`).
 
-        Directory markers (keys ending in ``/``) and base names in ``exclude`` are skipped.
+        S3 is listed with ListObjectsV2 (its folders concurrently), ``file://`` with
+        ``os.scandir``, other stores with fsspec's ``find``. Directory markers (keys ending in
+        ``/``) and base names in ``exclude`` are skipped; the order is sorted by URL. A prefix
+        that names one object lists as that object.
 
         Raises:
             EndpointUnreachableError, BucketNotFoundError, SourceNotFoundError, BackendError.
         """
         root = self._strip(self.url)
         try:
-            entries = self.fs.find(root, detail=True, withdirs=False)
+            listing = self._list(root, exclude)
+            if len(listing) == 0 and self.protocol not in ("file", "local"):
+                listing = self._list_empty(root, exclude)
+        except TierloadError:
+            raise
         except Exception as exc:  # noqa: BLE001 - translated in one place
             raise translate_error(exc, self.url) from exc
-        if not entries:
-            # find() returns {} for a missing bucket on some backends; ask the bucket directly.
-            try:
-                if not self.fs.exists(root.split("/", 1)[0]):
-                    raise BucketNotFoundError("the bucket does not exist; check the URL and the endpoint",
-                                              tier="cold", url=self.url)
-            except TierloadError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise translate_error(exc, self.url) from exc
-        objects = []
-        for path, info in sorted(entries.items()):
-            name = path.rsplit("/", 1)[-1]
-            if info.get("type") == "directory" or path.endswith("/") or not name or name in exclude:
-                continue
-            objects.append(ObjectInfo(self._unstrip(path), int(info.get("size") or 0), self._version(info)))
-        return objects
+        return listing
+
+    def _list(self, root: str, exclude: tuple[str, ...]) -> ObjectListing:
+        fs = self.fs
+        if self.protocol in ("s3", "s3a") and not getattr(fs, "version_aware", False):
+            from fsspec.asyn import sync
+
+            return sync(fs.loop, list_s3, fs, self.protocol, root, exclude)
+        if self.protocol in ("file", "local"):
+            return list_local(root, "file", exclude)
+        return list_fsspec(fs, root, self.protocol, self._version, exclude)
+
+    def _list_empty(self, root: str, exclude: tuple[str, ...]) -> ObjectListing:
+        """Nothing under the prefix: the prefix may name one object, or a bucket that does not exist."""
+        bucket, _, key = root.partition("/")
+        if key and self.fs.isfile(root):
+            info = self.fs.info(root)
+            if root.rsplit("/", 1)[-1] not in exclude:
+                return ObjectListing.of([ObjectInfo(self._unstrip(root), int(info.get("size") or 0),
+                                                    self._version(info))])
+        if not self.fs.exists(bucket):
+            raise BucketNotFoundError("the bucket does not exist; check the URL and the endpoint",
+                                      tier="cold", url=self.url)
+        return ObjectListing.of([])
 
     def head(self, url: str) -> ObjectInfo:
         """Current size and version of one object (one HEAD request)."""

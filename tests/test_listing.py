@@ -1,0 +1,87 @@
+"""The columnar listing (:mod:`tierload.stores.listing`): moto over HTTP and real directories."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tierload.config import load_config
+from tierload.stores.cold import ColdSource
+from tierload.stores.listing import ObjectInfo, ObjectListing
+
+
+def cold(s3, url):
+    config = load_config({"cold": {"storage_options": dict(s3.storage_options)}})
+    return ColdSource(url, config.cold)
+
+
+def assert_columns(listing: ObjectListing) -> None:
+    assert listing.urls.type == pa.large_string() and listing.versions.type == pa.large_string()
+    assert isinstance(listing.sizes, np.ndarray) and listing.sizes.dtype == np.int64
+
+
+def test_s3_listing_pages_folders_markers_and_excludes(s3, bucket):
+    """Folders listed concurrently, more than one page each, come back complete, filtered and sorted."""
+    name, fs = bucket
+    objects = {f"pre/a/{i:05d}.bin": b"x" * (i % 7) for i in range(1500)}  # two pages in one folder
+    objects.update({f"pre/b/{i}.bin": b"yy" for i in range(1001)})
+    objects.update({"pre/a-b/x.bin": b"1", "pre/a.txt": b"22", "pre/z/sub/deep.bin": b"333",
+                    "pre/_SUCCESS": b"", "pre/a/_SUCCESS": b"", "other/no.bin": b"4"})
+    fs.pipe({f"{name}/{key}": body for key, body in objects.items()})
+    for marker in ("pre/", "pre/a/", "pre/z/sub/"):
+        fs.call_s3("put_object", Bucket=name, Key=marker, Body=b"")
+    fs.invalidate_cache()
+    source = cold(s3, f"s3://{name}/pre")
+    listing = source.list_objects(exclude=("_SUCCESS",))
+    assert_columns(listing)
+    expected = sorted(f"s3://{name}/{key}" for key in objects
+                      if key.startswith("pre/") and not key.endswith("_SUCCESS"))
+    assert listing.urls.to_pylist() == expected  # binary order: "a-b/" < "a.txt" < "a/"
+    sizes = {f"s3://{name}/{key}": len(body) for key, body in objects.items()}
+    assert listing.sizes.tolist() == [sizes[url] for url in expected]
+    for position in (0, 1, 1600, len(listing) - 1):
+        info = listing[position]
+        assert info == source.head(info.url)  # the version is the ETag a read is checked against
+    with_markers_kept = source.list_objects()
+    assert len(with_markers_kept) == len(expected) + 2  # the two _SUCCESS, never the markers
+
+
+def test_s3_prefix_naming_one_object_and_missing_prefix(s3, bucket):
+    name, fs = bucket
+    fs.pipe_file(f"{name}/one/data.parquet", b"PAR1")
+    fs.invalidate_cache()
+    [info] = cold(s3, f"s3://{name}/one/data.parquet").list_objects()
+    assert info.url == f"s3://{name}/one/data.parquet" and info.size == 4
+    assert len(cold(s3, f"s3://{name}/nothing-here").list_objects()) == 0
+
+
+def test_local_listing_walks_with_scandir(tmp_path):
+    root = tmp_path / "data"
+    for folder, count in (("0", 3), ("1", 2), ("1/deep", 2)):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            (root / folder / f"{i}.bin").write_bytes(b"z" * (i + 1))
+    (root / "_SUCCESS").write_bytes(b"")
+    (root / "top.bin").write_bytes(b"")
+    source = ColdSource(f"file://{root}", load_config({}).cold)
+    listing = source.list_objects(exclude=("_SUCCESS",))
+    assert_columns(listing)
+    expected = sorted(f"file://{path}" for path in (str(p) for p in root.rglob("*") if p.is_file())
+                      if not path.endswith("_SUCCESS"))
+    assert listing.urls.to_pylist() == expected
+    assert listing.sizes.tolist() == [os.path.getsize(url[len("file://"):]) for url in expected]
+    for info in listing:
+        assert info == source.head(info.url)
+    assert len(ColdSource(f"file://{tmp_path}/missing", load_config({}).cold).list_objects()) == 0
+
+
+def test_object_listing_is_a_sequence_of_object_infos():
+    objects = [ObjectInfo(f"s3://b/{i}", i, f'"e{i}"') for i in range(5)]
+    listing = ObjectListing.of(objects)
+    assert list(listing) == objects and listing[-1] == objects[-1] and len(listing) == 5
+    assert list(listing[1:4]) == objects[1:4]
+    with pytest.raises(IndexError):
+        listing[5]
