@@ -47,6 +47,10 @@ def actor_log_lines(pid: int, needle: str) -> int:
     return count
 
 
+def tierload_warnings(caplog) -> int:
+    return sum(record.levelno >= logging.WARNING and record.name.startswith("tierload") for record in caplog.records)
+
+
 def node_cache_handle(config):
     import ray
 
@@ -93,13 +97,15 @@ def test_a_coordinator_killed_for_good_mid_epoch_is_created_again(s3, bucket, ti
     assert dataset.epoch_stats(2).get("cold_bytes", 0) == 0
     elapsed_min = (time.monotonic() - started) / 60
     pid = dataset.cache_stats()["pid"]
+    assert actor_log_lines(pid, "was gone; started it again") == 1  # the node cache's log is the one read
     warnings = actor_log_lines(pid, "with the coordinator failed")
     assert warnings <= 2 + 2 * elapsed_min  # rate-limited: not one per 0.2 s try
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_node_cache_killed_for_good_between_epochs_is_created_again(s3, bucket, tier_config, make_dataset,
-                                                                      num_workers):
+                                                                      num_workers, caplog):
+    caplog.set_level(logging.WARNING, logger="tierload")
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 30, size=500)
     config = tier_config()
@@ -116,11 +122,13 @@ def test_a_node_cache_killed_for_good_between_epochs_is_created_again(s3, bucket
     assert stats["pid"] != pid and stats["levels"][0]["blocks"] == 30  # the hot tier on disk adopted
     assert sorted(epoch_indices(dataset, 2, num_workers)) == list(range(30))
     assert dataset.epoch_stats(2).get("cold_gets", 0) == 0
+    assert tierload_warnings(caplog) == 2  # "started it again", "reconnected"
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_node_cache_killed_for_good_mid_epoch_is_created_again(s3, bucket, tier_config, make_dataset,
-                                                                 num_workers):
+                                                                 num_workers, caplog):
+    caplog.set_level(logging.WARNING, logger="tierload")
     import ray
 
     name, fs = bucket
@@ -140,6 +148,7 @@ def test_a_node_cache_killed_for_good_mid_epoch_is_created_again(s3, bucket, tie
     assert time.monotonic() - started < 120
     assert dataset.cache_stats()["pid"] != pid
     assert sorted(epoch_indices(dataset, 1, num_workers)) == list(range(60))
+    assert 1 <= tierload_warnings(caplog) <= 4  # once per event, not once per block or per try
 
 
 def test_a_failing_sync_is_logged_a_few_times_not_once_per_try(caplog):
