@@ -122,7 +122,7 @@ def test_a_node_cache_killed_for_good_between_epochs_is_created_again(s3, bucket
     assert stats["pid"] != pid and stats["levels"][0]["blocks"] == 30  # the hot tier on disk adopted
     assert sorted(epoch_indices(dataset, 2, num_workers)) == list(range(30))
     assert dataset.epoch_stats(2).get("cold_gets", 0) == 0
-    assert tierload_warnings(caplog) == 2  # "started it again", "reconnected"
+    assert tierload_warnings(caplog) == 2  # "runs again", "reconnected"
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -172,3 +172,25 @@ def test_a_failing_sync_is_logged_a_few_times_not_once_per_try(caplog):
     warnings = [r for r in caplog.records if r.name == "tierload.cache.coordinator_sync"]
     assert len(calls) >= 50 and len(warnings) == 1
     assert sync.stats["sync_errors"] == len(calls)
+
+
+def test_the_keeper_leaves_a_live_cache_alone_and_stops_with_the_deployment(s3, bucket, tier_config, make_dataset,
+                                                                           tmp_path):
+    from tierload.cache.endpoint import ENDPOINT_FILE
+    from tierload.cache.keeper import keep_node_cache
+    from tierload.cache.runtime import stop_actors
+
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 4, size=100)
+    config = tier_config()
+    dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
+    pid = dataset.cache_stats()["pid"]
+    keeper = keep_node_cache(config, dataset._endpoint.hot_dirs[-1], dataset)
+    (tmp_path / "hot" / ENDPOINT_FILE).unlink()  # the file is gone, the cache is not
+    assert keeper.check() and keeper.recreated == 0
+    assert dataset.cache_stats()["pid"] == pid
+    stop_actors(config)  # on purpose: the keeper must not bring it back
+    time.sleep(3)
+    with pytest.raises(ValueError):
+        node_cache_handle(config)
+    assert keeper.recreated == 0 and not keeper._thread.is_alive()

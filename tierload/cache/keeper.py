@@ -87,6 +87,8 @@ class NodeCacheKeeper:
 
         if not ray.is_initialized():
             return False
+        if endpoint is None and self._actor_exists():
+            return True  # the endpoint file was removed, not the cache
         try:
             get_node_cache(self.config)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types; try again on the next check
@@ -99,8 +101,22 @@ class NodeCacheKeeper:
                             self.failures)
             return False
         self.recreated += 1
-        log.warning("the node cache (pid %s) was gone; started it again with the same configuration",
-                    endpoint.pid if endpoint is not None else "unknown")
+        now_running = read_endpoint(self.hot_dir)
+        log.warning("the node cache (pid %s) was gone; it runs again (pid %s) with the same configuration",
+                    endpoint.pid if endpoint is not None else "unknown",
+                    now_running.pid if now_running is not None else "unknown")
+        return True
+
+    def _actor_exists(self) -> bool:
+        import ray
+
+        from tierload.cache.runtime import node_cache_name
+
+        name = node_cache_name(self.config, ray.get_runtime_context().get_node_id())
+        try:
+            ray.get_actor(name, namespace=self.config.ray.namespace)
+        except ValueError:
+            return False
         return True
 
     def stop(self, timeout_s: float = 30.0) -> None:
