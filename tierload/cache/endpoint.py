@@ -44,3 +44,18 @@ def read_endpoint(hot_dir) -> Endpoint | None:
             return Endpoint.from_json(json.load(handle))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def withdraw_endpoint(hot_dir, endpoint: Endpoint) -> None:
+    """Remove the endpoint file if it still names ``endpoint`` (a cache closed on purpose).
+
+    A missing endpoint tells keepers (:mod:`tierload.cache.keeper`) that the cache was stopped,
+    not lost, so they do not start it again; a successor's file is left alone.
+    """
+    current = read_endpoint(hot_dir)
+    if current is None or (current.address, current.pid) != (endpoint.address, endpoint.pid):
+        return
+    try:
+        os.unlink(os.path.join(str(hot_dir), ENDPOINT_FILE))
+    except FileNotFoundError:
+        pass

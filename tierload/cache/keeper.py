@@ -87,8 +87,10 @@ class NodeCacheKeeper:
 
         if not ray.is_initialized():
             return False
-        if endpoint is None and self._actor_exists():
-            return True  # the endpoint file was removed, not the cache
+        if endpoint is None:
+            # No endpoint: the cache was closed on purpose (it withdraws its file) or the file
+            # was removed while the cache runs; either way there is nothing to start again.
+            return self._actor_exists()
         try:
             get_node_cache(self.config)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types; try again on the next check

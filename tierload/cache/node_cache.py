@@ -32,7 +32,7 @@ from tierload.cache.accounting import NodeAccounting
 from tierload.cache.catalog import BlockCatalog
 from tierload.cache.channel import ChannelServer
 from tierload.cache.coordinator_sync import CoordinatorSync
-from tierload.cache.endpoint import channel_address, publish_endpoint
+from tierload.cache.endpoint import channel_address, publish_endpoint, withdraw_endpoint
 from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, Fetcher
 from tierload.cache.hot_tier import HotTier
 from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
@@ -327,11 +327,13 @@ class NodeCache:
         return [row for row in rows if dataset_id is None or row["dataset_id"] == dataset_id]
 
     def close(self) -> None:
-        """Stop serving (files in the hot tier stay for the next start)."""
+        """Stop serving (files in the hot tier stay for the next start) and withdraw the
+        published endpoint, so that a keeper does not start a cache that was stopped on purpose."""
         with self._cond:
             self._streams.close()
         if self._server is not None:
             self._server.close()
+            withdraw_endpoint(self._hot.dirs[-1], self.endpoint())
         self._fetcher.close()
         if self._sync is not None:
             self._sync.close()
