@@ -37,7 +37,7 @@ from tierload.cache.consumer import DirectSource, NodeLink
 from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
 from tierload.config import TierloadConfig, load_config
 from tierload.epoch_reader import EpochReader
-from tierload.errors import ConfigError, ServiceError, StreamNotOpenError
+from tierload.errors import ChannelLostError, ConfigError, ServiceError, StreamNotOpenError
 from tierload.gpu import DeviceOutput
 from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUT_NAMES
@@ -187,6 +187,7 @@ class TieredDataset(IterableDataset):
         """
         if self._endpoint is not None:
             return self
+        from tierload.cache.keeper import keep_node_cache
         from tierload.cache.runtime import node_endpoint
 
         source = ColdSource(self._cold, self.config.cold)
@@ -200,6 +201,7 @@ class TieredDataset(IterableDataset):
                         "epoch (docs/packs.md)", self._manifest.num_packs)
         self._endpoint = node_endpoint(self.config)
         self._link = NodeLink(self._endpoint)
+        keep_node_cache(self.config, self._endpoint.hot_dirs[-1], self)  # re-created if removed for good
         self._register()
         stale = previous - {block.key for block in self._manifest.blocks}
         if stale:
@@ -315,12 +317,22 @@ class TieredDataset(IterableDataset):
     def _open_stream(self, link: NodeLink, stream_id: str, worker: int, workers: int,
                      plan: Callable[[], StreamPlan]) -> None:
         """Join this iteration's stream on the node cache, creating it (and registering the
-        dataset, after a cache restart) when needed."""
+        dataset, after a cache restart) when needed. A cache that goes away meanwhile is waited
+        for (up to 30 s) once: it restarts, or this process's keeper creates it again."""
+        try:
+            self._open_stream_once(link, stream_id, worker, workers, plan)
+        except ChannelLostError:
+            if not link.reconnect(wait_s=30.0):
+                raise
+            self._open_stream_once(link, stream_id, worker, workers, plan)
+
+    def _open_stream_once(self, link: NodeLink, stream_id: str, worker: int, workers: int,
+                          plan: Callable[[], StreamPlan]) -> None:
         if link.call("open_stream", stream_id, worker, workers, wait_s=30.0):
             return
         try:
             link.call("open_stream", stream_id, worker, workers, plan())
-        except StreamNotOpenError:
+        except (StreamNotOpenError, ChannelLostError):
             raise
         except ServiceError:
             self._register(link)  # the node cache restarted and forgot the dataset

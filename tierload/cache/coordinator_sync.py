@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from typing import Callable
 
@@ -22,6 +23,40 @@ from tierload.errors import BackendError
 from tierload.stores.base import BlockStore
 
 log = logging.getLogger(__name__)
+
+
+WARN_INTERVAL_S = 60.0
+
+
+class _FailureLog:
+    """Logs a repeating failure at most once a minute (the first with its traceback), and once
+    when it ends, instead of once per try (a sync is tried every ~0.2 s).
+
+    Args:
+        what: What failed, for the messages.
+        interval_s: Least seconds between two warnings about the same run of failures.
+    """
+
+    def __init__(self, what: str, interval_s: float = WARN_INTERVAL_S) -> None:
+        self.what = what
+        self.interval_s = interval_s
+        self.in_a_row = 0
+        self._last_warning = float("-inf")
+
+    def failed(self, exc: BaseException) -> None:
+        self.in_a_row += 1
+        now = time.monotonic()
+        if now - self._last_warning < self.interval_s:
+            return
+        self._last_warning = now
+        log.warning("%s failed (%d in a row, %s: %s); retrying, next warning in %.0f s at the earliest", self.what,
+                    self.in_a_row, type(exc).__name__, exc, self.interval_s, exc_info=self.in_a_row == 1)
+
+    def succeeded(self) -> None:
+        if self.in_a_row:
+            log.warning("%s works again after %d failures", self.what, self.in_a_row)
+        self.in_a_row = 0
+        self._last_warning = float("-inf")
 
 
 class CoordinatorSync:
@@ -131,12 +166,15 @@ class CoordinatorSync:
 
     # ----------------------------------------------------------------- sync
     def _loop(self) -> None:
+        failures = _FailureLog(f"sync of node {self.node_id} with the coordinator")
         while not self._stop.wait(self.interval_s):
             try:
                 self.flush()
-            except Exception:  # noqa: BLE001 - keep syncing; the next call carries fresh data
+            except Exception as exc:  # noqa: BLE001 - keep syncing; the next call carries fresh data
                 self.stats["sync_errors"] += 1
-                log.warning("sync of node %s with the coordinator failed", self.node_id, exc_info=True)
+                failures.failed(exc)
+            else:
+                failures.succeeded()
 
     def flush(self) -> None:
         """Send one batch now and apply the answer."""

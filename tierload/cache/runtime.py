@@ -96,17 +96,42 @@ def get_coordinator(config: TierloadConfig):
 
 
 class _CoordinatorCall:
-    """``call(method, *args)`` on the coordinator, found by name (survives its restarts)."""
+    """``call(method, *args)`` on the coordinator, found by name (survives its restarts).
 
-    def __init__(self, name: str, namespace: str) -> None:
+    A coordinator removed for good (``ray.kill``, not a crash Ray restarts) is created again
+    with the same configuration on the next call; it rebuilds its warm index from the warm
+    tier and the nodes resend their residency when they see its new incarnation.
+    """
+
+    def __init__(self, name: str, namespace: str, config: dict | None = None) -> None:
         self.name = name
         self.namespace = namespace
+        self.config = config
+
+    def _handle(self):
+        import ray
+
+        from tierload.config import as_config
+
+        try:
+            return ray.get_actor(self.name, namespace=self.namespace)
+        except ValueError:  # no actor of that name: it was removed for good
+            if self.config is None:
+                raise
+        handle = get_coordinator(as_config(self.config))  # get_if_exists: one actor however many nodes race
+        log.warning("the coordinator %s was gone; started it again with the same configuration", self.name)
+        return handle
 
     def __call__(self, method: str, *args):
         import ray
+        from ray.exceptions import RayActorError
 
-        handle = ray.get_actor(self.name, namespace=self.namespace)
-        return ray.get(getattr(handle, method).remote(*args), timeout=60)
+        handle = self._handle()
+        try:
+            return ray.get(getattr(handle, method).remote(*args), timeout=60)
+        except RayActorError:
+            # Died under this call (killed, or its node went): one more try on the one found now.
+            return ray.get(getattr(self._handle(), method).remote(*args), timeout=60)
 
 
 class _PeerCall:
@@ -143,7 +168,8 @@ class _RayNodeCache:
 
         node_id = ray.get_runtime_context().get_node_id()
         self.where = f"node cache actor on node {node_id}"
-        self.cache = NodeCache(config, node_id=node_id, coordinator_call=_CoordinatorCall(coordinator, namespace),
+        self.cache = NodeCache(config, node_id=node_id,
+                               coordinator_call=_CoordinatorCall(coordinator, namespace, config),
                                peer_call=_PeerCall(config, namespace)).start()
 
     def ready(self) -> bool:
@@ -197,6 +223,9 @@ def stop_actors(config: TierloadConfig) -> int:
     """
     import ray
 
+    from tierload.cache.keeper import stop_keepers
+
+    stop_keepers(deployment_id(config))  # or this process would start them again
     stopped = 0
     prefix = node_cache_name(config, "")
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)

@@ -124,21 +124,50 @@ def plan_parquet(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: 
     )
 
 
+def _is_numeric_list(kind: pa.DataType) -> bool:
+    return (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind) or pa.types.is_large_list(kind)) and (
+        pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type))
+
+
+def _numeric_list_rows(array: pa.Array) -> list[Any]:
+    """Per-row values of a numeric list column; the type of a row depends only on the schema.
+
+    Each row is a 1-D tensor of the schema's value type (``list<int64>`` -> ``torch.int64``,
+    never promoted to float by a null elsewhere in the row group); a null row is ``None``; a
+    row holding null elements cannot be a tensor and comes as a Python list with ``None`` at
+    the nulls (integers exact).
+    """
+    dtype = np.dtype(array.type.value_type.to_pandas_dtype())
+    flat = array.flatten()
+    if array.null_count == 0 and flat.null_count == 0 and len(array):
+        lengths = array.value_lengths().to_numpy(zero_copy_only=False)
+        if (lengths == lengths[0]).all():
+            values = flat.to_numpy(zero_copy_only=False).astype(dtype, copy=False).reshape(len(array), -1)
+            return [torch.from_numpy(row.copy()) for row in values]
+    rows: list[Any] = []
+    for row in array:
+        if not row.is_valid:
+            rows.append(None)
+        elif row.values.null_count:
+            rows.append(row.values.to_pylist())
+        else:
+            rows.append(torch.from_numpy(row.values.to_numpy(zero_copy_only=False).astype(dtype, copy=True)))
+    return rows
+
+
 def _column_values(column: pa.ChunkedArray) -> Sequence[Any]:
-    """Per-row values of a column: tensors for numeric lists of equal length, else Python values."""
+    """Per-row values of a column: tensors for numeric lists (see :func:`_numeric_list_rows`), else Python values.
+
+    Scalar numbers are Python ``int``/``float``/``bool`` with ``None`` for nulls, whatever the
+    rest of the row group holds.
+    """
     array = column.combine_chunks()
     kind = array.type
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         if array.null_count == 0:
             return array.to_numpy(zero_copy_only=False).tolist()
-    if (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind) or pa.types.is_large_list(kind)) and (
-            pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)):
-        if array.null_count == 0 and len(array):
-            lengths = np.diff(array.offsets.to_numpy()) if not pa.types.is_fixed_size_list(kind) else None
-            if lengths is None or (lengths == lengths[0]).all():
-                values = array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), -1)
-                return [torch.from_numpy(row.copy()) for row in values]
-        return [None if v is None else torch.tensor(v) for v in array.to_pylist()]
+    if _is_numeric_list(kind):
+        return _numeric_list_rows(array)
     return array.to_pylist()
 
 

@@ -4,7 +4,8 @@
 keys ``a/0001`` and ``a/0002`` (the WebDataset rule: the key is the member path up to the first
 dot of its base name; the rest is the field name). A sample yields as a dict
 ``{"__key__": key, "jpg": <uint8 tensor C,H,W>, "cls": 7}``; its label is the ``cls`` field
-(-1 without one). Fields are decoded by extension (see :func:`decode_field`).
+(-1 without one). Fields are decoded by extension (see :func:`decode_field`). Members of one
+sample need not be adjacent: they are grouped by key within the shard (case B36).
 
 A shard no larger than ``manifest.block_bytes`` is one block; a larger one is cut into
 byte-range blocks at sample boundaries, each about ``block_bytes`` (a single sample larger
@@ -135,29 +136,47 @@ class _WindowReader:
         return self.data[offset - self.base:end - self.base]
 
 
-def _shard_blocks(obj: ObjectInfo, members: list[tuple[int, int, int, str]],
-                  block_bytes: int) -> tuple[list[Block], list[int]]:
-    """Group members into samples and samples into blocks: ``(blocks, samples per block)``."""
-    samples: list[tuple[int, int, str]] = []  # (start, end, key)
+def _sample_spans(members: list[tuple[int, int, int, str]]) -> list[tuple[int, int, int]]:
+    """Byte spans of a shard that hold whole samples: ``(start, end, number of samples)``.
+
+    Members of one key are usually adjacent and a span is one sample. A key whose members are
+    not adjacent (``0.a, 1.a, 0.b, 1.b``) merges every span from its first member to this one,
+    so a block cut at span boundaries never holds part of a sample (the decoder groups members
+    by key within its block).
+    """
+    spans: list[list[Any]] = []  # [start, end, keys]
+    span_of: dict[str, int] = {}
     for record_start, data_offset, size, name in members:
         parts = split_name(name)
         if parts is None:
             continue
-        end = data_offset + _padded(size)
-        if samples and samples[-1][2] == parts[0]:
-            samples[-1] = (samples[-1][0], end, parts[0])
-        else:
-            samples.append((record_start, end, parts[0]))
+        key, end = parts[0], data_offset + _padded(size)
+        first = span_of.get(key)
+        if first is None:
+            span_of[key] = len(spans)
+            spans.append([record_start, end, [key]])
+            continue
+        if first < len(spans) - 1:
+            merged_keys = [k for span in spans[first:] for k in span[2]]
+            spans[first:] = [[spans[first][0], end, merged_keys]]
+            span_of.update((k, first) for k in merged_keys)
+        spans[-1][1] = end
+    return [(start, end, len(keys)) for start, end, keys in spans]
+
+
+def _shard_blocks(obj: ObjectInfo, members: list[tuple[int, int, int, str]],
+                  block_bytes: int) -> tuple[list[Block], list[int]]:
+    """Group members into samples and samples into blocks: ``(blocks, samples per block)``."""
     blocks, counts = [], []
     group_start, group_end, count = None, 0, 0
-    for start, end, _key in samples:
+    for start, end, samples in _sample_spans(members):
         if group_start is not None and end - group_start > block_bytes:
             blocks.append(Block.of(obj.url, obj.version, group_start, group_end - group_start))
             counts.append(count)
             group_start, count = None, 0
         if group_start is None:
             group_start = start
-        group_end, count = end, count + 1
+        group_end, count = end, count + samples
     if group_start is not None:
         blocks.append(Block.of(obj.url, obj.version, group_start, group_end - group_start))
         counts.append(count)
@@ -244,21 +263,20 @@ class WebDatasetDecoder:
         def read(offset: int, length: int) -> bytes:
             return bytes(view[offset:offset + length])
 
-        samples: list[dict[str, Any]] = []
+        samples: dict[str, dict[str, Any]] = {}  # by key, in order of first member: members need not be adjacent
         try:
             for _start, offset, size, name in walk_members(read, len(data)):
                 parts = split_name(name)
                 if parts is None:
                     continue
                 key, extension = parts
-                if not samples or samples[-1]["__key__"] != key:
-                    samples.append({"__key__": key})
                 raw = read(offset, size)
-                samples[-1][extension] = decode_field(extension, raw) if self.decode_fields else raw
+                sample = samples.setdefault(key, {"__key__": key})
+                sample[extension] = decode_field(extension, raw) if self.decode_fields else raw
         except (ValueError, UnicodeDecodeError) as exc:
             raise DecodeError(f"block {block_index} is not a readable run of tar members: {exc}") from exc
         out = []
-        for sample in samples:
+        for sample in samples.values():
             label = next((sample[f] for f in LABEL_FIELDS if isinstance(sample.get(f), int)), -1)
             out.append((sample, int(label)))
         return out
