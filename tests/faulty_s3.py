@@ -1,8 +1,9 @@
 """A fault-injecting HTTP proxy in front of moto's S3 server, for the real-world failure cases.
 
 Requests are forwarded unchanged (aiohttp, on its own event-loop thread); rules decide per
-request whether to answer with an S3 error instead, to cut the body short, or to slow it down.
-It also counts the GETs it forwards per object key.
+request whether to answer with an S3 error instead, to cut the body short, to slow it down or
+never to answer it. :meth:`FaultyS3.refuse_connections_for` closes the port for a while (an
+endpoint outage: connections refused). It also counts the GETs it receives per object key.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Faults:
     bad_signatures: int = 0
     signed_headers: list[tuple[str, ...]] = field(default_factory=list)  # per verified GET
     slow_down_once: set[str] = field(default_factory=set)      # next GET of these: 503 SlowDown
+    slow_down_always: set[str] = field(default_factory=set)    # every GET of these: 503 SlowDown
+    never_answer: set[str] = field(default_factory=set)        # GETs of these get no answer while listed
     slow_chunk_s: float = 0.0                                    # sleep per 64 KiB chunk of every GET body
     first_byte_s: float = 0.0                                    # sleep before forwarding every GET
     gets: Counter = field(default_factory=Counter)
@@ -44,6 +47,7 @@ class FaultyS3:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._closing = False
 
     @property
     def endpoint_url(self) -> str:
@@ -62,6 +66,12 @@ class FaultyS3:
         try:
             if self.faults.first_byte_s:
                 await asyncio.sleep(self.faults.first_byte_s)
+            if key in self.faults.never_answer:
+                self.faults.gets[key] += 1
+                while key in self.faults.never_answer and not self._closing:
+                    await asyncio.sleep(0.05)
+                request.transport.close()
+                return web.Response(status=500)
             return await self._forward(request, key, is_get)
         finally:
             self.faults.open_gets -= 1
@@ -76,7 +86,7 @@ class FaultyS3:
                 self.faults.bad_signatures += 1
                 body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SignatureDoesNotMatch</Code></Error>'
                 return web.Response(status=403, body=body, content_type="application/xml")
-            if key in self.faults.slow_down_once:
+            if key in self.faults.slow_down_once or key in self.faults.slow_down_always:
                 self.faults.slow_down_once.discard(key)
                 body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code></Error>'
                 return web.Response(status=503, body=body, content_type="application/xml")
@@ -130,7 +140,7 @@ class FaultyS3:
             app.router.add_route("*", "/{tail:.*}", self._handle)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = self._site = web.TCPSite(self._runner, "127.0.0.1", 0)
             await site.start()
             self.port = site._server.sockets[0].getsockname()[1]
             self._ready.set()
@@ -138,12 +148,33 @@ class FaultyS3:
         self._loop.run_until_complete(start())
         self._loop.run_forever()
 
+    def refuse_connections_for(self, seconds: float) -> threading.Event:
+        """Close the port and every open connection for ``seconds``; the event is set once it is open again."""
+        reopened = threading.Event()
+        closed = threading.Event()
+
+        async def outage():
+            await self._site.stop()
+            for handler in list(self._runner.server.connections):
+                handler.force_close()
+            closed.set()
+            await asyncio.sleep(seconds)
+            self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+            await self._site.start()
+            reopened.set()
+
+        asyncio.run_coroutine_threadsafe(outage(), self._loop)
+        closed.wait(10)  # refused from the moment this returns
+        return reopened
+
     def __enter__(self) -> "FaultyS3":
         self._thread.start()
         self._ready.wait(10)
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closing = True
+
         async def stop():
             await self._runner.cleanup()
             await self._session.close()

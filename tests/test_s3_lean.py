@@ -190,9 +190,9 @@ def test_an_endpoint_that_refuses_connections_is_retried_then_unreachable(s3):
         port = probe.getsockname()[1]
     options = {**s3.storage_options, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
                                                        "region_name": "us-east-1"}}
-    source = source_for("s3://nowhere/ds", options, max_attempts=2)
+    source = source_for("s3://nowhere/ds", options, max_attempts=2, outage_budget_s=0)  # no outage budget
     tally: dict = {}
-    with pytest.raises(EndpointUnreachableError):
+    with pytest.raises(EndpointUnreachableError, match="outage_budget_s=0"):
         source.read("s3://nowhere/ds/a", '"x"', 0, 10, tally)
     assert tally["cold_gets"] == 2  # both attempts counted
 

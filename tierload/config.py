@@ -51,7 +51,12 @@ class ColdConfig(_Frozen):
     max_request_bytes: int = 64 * 2**20
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=60.0, gt=0)
+    # Requests per read for an object that keeps failing while the endpoint answers others
+    # (throttling, stalled or broken bodies); the one retry layer (tierload.stores.retry).
     max_attempts: int = Field(default=3, ge=1, le=20)
+    # Seconds a read keeps retrying while the endpoint fails as a whole (refused, timing out,
+    # 5xx): an outage shorter than this costs time, not the epoch; past it, one clear error.
+    outage_budget_s: float = Field(default=60.0, ge=0)
     # Requests to the cold tier in flight at once per process (async I/O, not one thread each).
     max_in_flight: int = Field(default=256, ge=1, le=4096)
     # S3 range GETs signed with botocore's signer and sent on one shared aiohttp pool (a small

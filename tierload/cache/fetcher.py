@@ -2,8 +2,10 @@
 
 A fetch reads a peer node's hot tier first (if the holder map names one), then the warm
 tier, then cold; the block is then placed in the hot tier by policy. A block the hot tier
-refuses is staged in memory while a planned access still needs (pins) it. A failed fetch is
-kept for the consumer that waits for it, which raises its error.
+refuses is staged in memory while a planned access still needs (pins) it. A failed fetch
+raises its error in the consumers that waited for it; a failed prefetch nobody waited for is
+not replayed: the next consumer that needs the block fetches it again (the cold tier's retry
+budget, :mod:`tierload.stores.retry`, applies to that fetch afresh).
 
 Each fetch is a coroutine on one event-loop thread, at most ``prefetch.concurrency`` at once:
 cold reads are awaited (:meth:`~tierload.stores.cold.ColdSource.read_async`, hundreds in
@@ -141,6 +143,7 @@ class Fetcher:
             TierloadError: The fetch failed.
             ServiceError: Not fetched by ``deadline`` (``time.monotonic()`` seconds).
         """
+        waited = False  # whether this consumer waited for a fetch of the key (its failure is ours)
         while True:
             level = self._hot.level_of(key)
             if level is not None:
@@ -149,9 +152,10 @@ class Fetcher:
                 return self._staged[key]
             if key not in self._inflight:
                 failure = self._failed.pop(key, None)
-                if failure is not None:
+                if failure is not None and waited:
                     raise failure.error
                 self.submit(key, stream, counted=False)
+            waited = True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ServiceError(f"block {key} was not fetched within {ACQUIRE_TIMEOUT_S:.0f}s",

@@ -1,12 +1,10 @@
 """The cold tier: the read-only source of truth (S3 through s3fs, or any fsspec store).
 
 All SDK errors are translated here, in one place, into :mod:`tierload.errors` types.
-Retries (:mod:`tierload.stores.cold_async`, the engine that keeps up to ``cold.max_in_flight``
-S3 requests in flight): throttling, 5xx, connections that fail or break off and short bodies
-are retried with jittered exponential backoff, ``cold.max_attempts`` attempts in all; on the
-aiobotocore path (:mod:`tierload.stores.s3_lean` says when) botocore's "standard" mode
-retries throttling, 5xx and connection errors first, with the same bound. Nothing else is
-retried.
+Retries: one layer, :mod:`tierload.stores.retry` (``cold.max_attempts`` requests per read for
+an object that keeps failing, ``cold.outage_budget_s`` seconds while the endpoint fails as a
+whole), for range GETs (:mod:`tierload.stores.cold_async`), listings and HEADs alike. botocore
+is built with one attempt and s3fs with one try, so the counts are requests at the endpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +14,8 @@ import importlib
 import logging
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ from tierload.errors import (
 )
 from tierload.stores.cold_async import RangeRequest, S3RangeReader
 from tierload.stores.listing import ObjectInfo, ObjectListing, list_fsspec, list_local, list_s3
+from tierload.stores.retry import HEALTH, RetryBudget, classify
 
 __all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "ObjectListing", "RangeRequest", "s3_storage_options",
            "translate_error"]
@@ -50,7 +50,8 @@ _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTim
                     "ServiceUnavailable", "503", "500", "502", "504"}
 
 
-def _error_code(exc: BaseException) -> str:
+def error_code(exc: BaseException) -> str:
+    """The S3 error code of ``exc`` or of its first cause that has one (empty when none)."""
     cause: BaseException | None = exc
     while cause is not None:
         response = getattr(cause, "response", None)
@@ -64,7 +65,7 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     """Map an s3fs/botocore/aiohttp/OS error to the matching tierload error type."""
     if isinstance(exc, TierloadError):
         return exc
-    code = _error_code(exc)
+    code = error_code(exc)
     text = str(exc)
     names = {type(c).__name__ for c in _chain(exc)}
     if names & {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
@@ -120,7 +121,8 @@ def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[
     config_kwargs = dict(options.pop("config_kwargs", {}) or {})
     config_kwargs.setdefault("connect_timeout", config.connect_timeout_s)
     config_kwargs.setdefault("read_timeout", config.read_timeout_s)
-    config_kwargs.setdefault("retries", {"max_attempts": config.max_attempts, "mode": "standard"})
+    # One retry layer (tierload.stores.retry): botocore's own would multiply the requests.
+    config_kwargs["retries"] = {"total_max_attempts": 1, "mode": "standard"}
     # botocore's pool (10 connections by default) would otherwise queue the requests in flight.
     config_kwargs.setdefault("max_pool_connections", config.max_in_flight)
     options.update(client_kwargs=client_kwargs, config_kwargs=config_kwargs)
@@ -247,7 +249,7 @@ class ColdSource:
                 # skip_instance_cache: a cached instance may hold another process's session or loop.
                 fs = cls(skip_instance_cache=True, **{**self.storage_options, **self._provided_credentials()})
                 if self.protocol in ("s3", "s3a"):
-                    fs.retries = 1  # botocore's standard mode retries; s3fs's own loop would multiply them
+                    fs.retries = 1  # one try: tierload.stores.retry is the only retry layer
                 self._pid = os.getpid()
                 self._fs = fs
             return self._fs
@@ -276,15 +278,14 @@ class ColdSource:
             EndpointUnreachableError, BucketNotFoundError, SourceNotFoundError, BackendError.
         """
         root = self._strip(self.url)
-        try:
-            listing = self._list(root, exclude)
-            if len(listing) == 0 and self.protocol not in ("file", "local"):
-                listing = self._list_empty(root, exclude)
-        except TierloadError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - translated in one place
-            raise translate_error(exc, self.url) from exc
-        return listing
+
+        def listing() -> ObjectListing:
+            found = self._list(root, exclude)
+            if len(found) == 0 and self.protocol not in ("file", "local"):
+                found = self._list_empty(root, exclude)
+            return found
+
+        return self._with_retries(self.url, listing)
 
     def _list(self, root: str, exclude: tuple[str, ...]) -> ObjectListing:
         fs = self.fs
@@ -310,12 +311,28 @@ class ColdSource:
         return ObjectListing.of([])
 
     def head(self, url: str) -> ObjectInfo:
-        """Current size and version of one object (one HEAD request)."""
-        try:
-            info = self.fs.info(self._strip(url))
-        except Exception as exc:  # noqa: BLE001
-            raise translate_error(exc, url) from exc
+        """Current size and version of one object (one HEAD request, retried like a read)."""
+        info = self._with_retries(url, lambda: self.fs.info(self._strip(url)))
         return ObjectInfo(url, int(info.get("size") or 0), self._version(info))
+
+    def _with_retries(self, url: str, call: Callable[[], Any]) -> Any:
+        """``call()`` (a listing or HEAD), retried as :mod:`tierload.stores.retry` decides; errors translated."""
+        budget = RetryBudget(self.config.max_attempts, self.config.outage_budget_s, self.location.endpoint_url)
+        while True:
+            try:
+                result = call()
+            except Exception as exc:  # noqa: BLE001 - translated and classified in one place
+                error = translate_error(exc, url)
+                failure = classify(error, error_code(exc), (type(cause).__name__ for cause in _chain(exc)))
+                delay = budget.after_failure(failure)
+                if delay is None:
+                    raise budget.final_error(error, failure) from exc
+                log.warning("cold tier request for %s failed (%s); retrying in %.2fs", url, error, delay)
+                time.sleep(delay)
+                continue
+            if self.protocol in ("s3", "s3a"):
+                HEALTH.answered(self.location.endpoint_url)
+            return result
 
     def read(self, url: str, version: str, offset: int = 0, length: int | None = None,
              tally: dict | None = None) -> bytes:

@@ -6,7 +6,10 @@ them are in flight per process (one semaphore per process, event loop and limit)
 many threads or coroutines ask. Per request: ``If-Match`` on the recorded ETag (a changed
 object is :class:`~tierload.errors.SourceChangedError`), ranges never longer than
 ``cold.max_request_bytes``, a short body retried as transient, credentials refreshed once on
-``ExpiredToken``. Errors are translated by :func:`tierload.stores.cold.translate_error`.
+``ExpiredToken``. Errors are translated by :func:`tierload.stores.cold.translate_error`;
+when to retry is :mod:`tierload.stores.retry`'s decision (the only retry layer: botocore is
+built with one attempt), and its :class:`~tierload.stores.retry.AdaptiveLimit` is the
+in-flight limit (halved on ``SlowDown``).
 
 Each GET goes the lean way where it can (:mod:`tierload.stores.s3_lean`: botocore's signer and
 one shared aiohttp pool, a small fraction of aiobotocore's CPU per request), else through
@@ -18,14 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
-from tierload.errors import CredentialsExpiredError, EndpointUnreachableError, TransientBackendError
+from tierload.errors import CredentialsExpiredError, TransientBackendError
 from tierload.stores import s3_lean
+from tierload.stores.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
 
 if TYPE_CHECKING:
     from tierload.stores.cold import ColdSource
@@ -37,14 +38,14 @@ RangeRequest = tuple[str, str, int, int]
 
 # One limit per (process, event loop, size): created on the loop that uses it, never inherited
 # through fork (a child has another pid, and fsspec gives it another loop).
-_limits: dict[tuple[int, int, int], asyncio.Semaphore] = {}
+_limits: dict[tuple[int, int, int], AdaptiveLimit] = {}
 
 
-def _in_flight_limit(size: int) -> asyncio.Semaphore:
+def _in_flight_limit(size: int) -> AdaptiveLimit:
     key = (os.getpid(), id(asyncio.get_running_loop()), size)
     limit = _limits.get(key)
     if limit is None:
-        limit = _limits[key] = asyncio.Semaphore(size)
+        limit = _limits[key] = AdaptiveLimit(size)
     return limit
 
 
@@ -78,11 +79,20 @@ async def gather_in_order(coroutines: Sequence) -> list:
     return [task.result() for task in tasks]
 
 
-def _retryable(error: Exception, cause: Exception) -> bool:
-    # A connection the lean path could not open is retried as botocore retries its own
-    # (EndpointConnectionError, already retried inside aiobotocore when it gets here).
-    return isinstance(error, TransientBackendError) or (isinstance(error, EndpointUnreachableError)
-                                                         and isinstance(cause, aiohttp.ClientConnectorError))
+def _causes(exc: BaseException | None):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+class _FailedRequest(Exception):
+    """One failed request: its translated error, how it is retried, and the original exception."""
+
+    def __init__(self, error: Any, failure: Failure, cause: BaseException) -> None:
+        super().__init__(str(error))
+        self.error, self.failure, self.cause = error, failure, cause
 
 
 class S3RangeReader:
@@ -123,38 +133,57 @@ class S3RangeReader:
 
     async def _get_with_retries(self, url: str, bucket: str, key: str, version: str, start: int, end: int,
                                 tally: dict) -> bytes:
-        # Deferred: cold.py imports this module.
-        from tierload.stores.cold import translate_error
-
         source, config = self._source, self._source.config
-        attempt = 0
+        budget = RetryBudget(config.max_attempts, config.outage_budget_s, source.location.endpoint_url)
         refreshed = False
         while True:
-            attempt += 1
             generation = source.credentials_generation
             try:
-                async with _in_flight_limit(config.max_in_flight):
-                    data = await self._get_object(bucket, key, version, start, end)
-                if len(data) != end - start:
-                    raise TransientBackendError(f"short read: {len(data)} of {end - start} bytes", tier="cold",
-                                                url=url)
-            except Exception as exc:  # noqa: BLE001 - translated in one place, then retried or raised
-                tally["cold_gets"] = tally.get("cold_gets", 0) + 1
-                error = translate_error(exc, url)
+                data = await self._get_counted(url, bucket, key, version, start, end, tally)
+            except _FailedRequest as failed:
+                error, failure = failed.error, failed.failure
                 if isinstance(error, CredentialsExpiredError) and config.credential_provider and not refreshed:
                     source.refresh_credentials(generation)
                     refreshed = True
                     continue
-                if _retryable(error, exc) and attempt < config.max_attempts:
-                    delay = random.uniform(0, min(2.0, 0.05 * 2**attempt))
-                    log.warning("cold read of %s failed (%s); retry %d/%d in %.2fs", url, error, attempt,
-                                config.max_attempts - 1, delay)
-                    await asyncio.sleep(delay)
-                    continue
-                raise error from exc
-            tally["cold_gets"] = tally.get("cold_gets", 0) + 1
-            tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
+                delay = budget.after_failure(failure)
+                if delay is None:
+                    raise budget.final_error(error, failure) from failed.cause
+                # Once per read and once when it outlasts max_attempts: an outage is not a log flood.
+                level = logging.WARNING if budget.attempts in (1, config.max_attempts) else logging.DEBUG
+                log.log(level, "cold read of %s failed (%s); request %d (cold.max_attempts %d, outage budget %gs) "
+                        "in %.2fs", url, error, budget.attempts + 1, config.max_attempts, config.outage_budget_s,
+                        delay)
+                await asyncio.sleep(delay)
+                continue
             return data
+
+    async def _get_counted(self, url: str, bucket: str, key: str, version: str, start: int, end: int,
+                           tally: dict) -> bytes:
+        """One request, counted in ``tally`` and in the in-flight limit; failures as :class:`_FailedRequest`."""
+        # Deferred: cold.py imports this module.
+        from tierload.stores.cold import error_code, translate_error
+
+        limit = _in_flight_limit(self._source.config.max_in_flight)
+        token = await limit.acquire()
+        outcome: Failure | None = Failure.FINAL
+        tally["cold_gets"] = tally.get("cold_gets", 0) + 1
+        try:
+            data = await self._get_object(bucket, key, version, start, end)
+            if len(data) != end - start:
+                raise TransientBackendError(f"short read: {len(data)} of {end - start} bytes", tier="cold", url=url)
+            outcome = None
+        except Exception as exc:  # noqa: BLE001 - translated and classified in one place, then retried or raised
+            error = translate_error(exc, url)
+            outcome = classify(error, error_code(exc), (type(cause).__name__ for cause in _causes(exc)))
+            if outcome in (Failure.FINAL, Failure.THROTTLED):  # the endpoint answered
+                HEALTH.answered(self._source.location.endpoint_url)
+            raise _FailedRequest(error, outcome, exc) from exc
+        finally:
+            limit.release(token, outcome)
+        HEALTH.answered(self._source.location.endpoint_url)
+        tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
+        return data
 
     async def _get_object(self, bucket: str, key: str, version: str, start: int, end: int) -> bytes:
         if_match = version if version.startswith('"') else None
