@@ -317,7 +317,11 @@ class ColdSource:
 
     def _with_retries(self, url: str, call: Callable[[], Any]) -> Any:
         """``call()`` (a listing or HEAD), retried as :mod:`tierload.stores.retry` decides; errors translated."""
-        budget = RetryBudget(self.config.max_attempts, self.config.outage_budget_s, self.location.endpoint_url)
+        # An endpoint this process never reached is, at start-up, a wrong endpoint far more often than
+        # an outage: the listing fails after cold.max_attempts requests instead of waiting out the budget.
+        endpoint = self.location.endpoint_url
+        budget = RetryBudget(self.config.max_attempts, self.config.outage_budget_s, endpoint,
+                             rides_outages=HEALTH.ever_answered(endpoint))
         while True:
             try:
                 result = call()

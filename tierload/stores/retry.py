@@ -85,6 +85,10 @@ class EndpointHealth:
         """Record that ``endpoint`` answered a request just now."""
         self._answered[endpoint] = time.monotonic()
 
+    def ever_answered(self, endpoint: str) -> bool:
+        """Whether ``endpoint`` answered any request in this process."""
+        return endpoint in self._answered
+
     def answered_since(self, endpoint: str, since: float) -> bool:
         """Whether ``endpoint`` answered any request after ``since`` (monotonic seconds)."""
         return self._answered.get(endpoint, float("-inf")) > since
@@ -109,12 +113,16 @@ class RetryBudget:
         outage_budget_s: Seconds a read keeps trying while the endpoint fails as a whole
             (``cold.outage_budget_s``).
         endpoint: The endpoint's name in :data:`HEALTH`.
+        rides_outages: False to give up after ``max_attempts`` even when the whole endpoint fails
+            (a listing against an endpoint this process never reached: a wrong endpoint, most likely).
     """
 
-    def __init__(self, max_attempts: int, outage_budget_s: float, endpoint: str) -> None:
+    def __init__(self, max_attempts: int, outage_budget_s: float, endpoint: str, *,
+                 rides_outages: bool = True) -> None:
         self.max_attempts = max_attempts
         self.outage_budget_s = outage_budget_s
         self.endpoint = endpoint
+        self.rides_outages = rides_outages
         self.attempts = 0
         self._first_failure: float | None = None
 
@@ -129,7 +137,8 @@ class RetryBudget:
         delay = backoff_s(failure, self.attempts)
         if self.attempts < self.max_attempts:
             return delay
-        if failure is not Failure.DOWN or HEALTH.answered_since(self.endpoint, self._first_failure):
+        if failure is not Failure.DOWN or not self.rides_outages or HEALTH.answered_since(self.endpoint,
+                                                                                            self._first_failure):
             return None
         left = self._first_failure + self.outage_budget_s - now
         return min(delay, left) if left > 0 else None
@@ -138,8 +147,8 @@ class RetryBudget:
         """The error to raise once :meth:`after_failure` gave up: ``error``, naming the bound it hit."""
         if failure is Failure.FINAL:
             return error
-        if failure is Failure.DOWN and self.attempts >= self.max_attempts and not HEALTH.answered_since(
-                self.endpoint, self._first_failure or 0.0):
+        if failure is Failure.DOWN and self.rides_outages and self.attempts >= self.max_attempts and \
+                not HEALTH.answered_since(self.endpoint, self._first_failure or 0.0):
             spent = time.monotonic() - (self._first_failure or 0.0)
             kind = EndpointUnreachableError if isinstance(error, EndpointUnreachableError) else TransientBackendError
             return kind(f"the cold tier's endpoint failed every request for {spent:.1f}s, past the outage budget "
