@@ -61,7 +61,26 @@ class OwnBucket(Protocol):
         """Bytes ``[start, end)`` of object ``index``."""
 
 
-class StoredBucket:
+class _SortedKeys:
+    """Look-ups over ``self.keys``, a sorted list of object keys (what S3 lists in order)."""
+
+    keys: list[str]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def key(self, index: int) -> str:
+        return self.keys[index]
+
+    def find(self, key: str) -> int | None:
+        index = bisect.bisect_left(self.keys, key)
+        return index if index < len(self.keys) and self.keys[index] == key else None
+
+    def first_at_or_after(self, key: str) -> int:
+        return bisect.bisect_left(self.keys, key)
+
+
+class StoredBucket(_SortedKeys):
     """Objects stored by :func:`write_stored_bucket` in ``directory``, served from a memory map.
 
     Raises:
@@ -85,19 +104,6 @@ class StoredBucket:
             self._map = mmap.mmap(blob.fileno(), 0, access=mmap.ACCESS_READ) if total else b""
         self.etags = [f'"{hashlib.md5(self.body(i, 0, int(self.sizes[i]))).hexdigest()}"' for i in range(len(self))]
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def key(self, index: int) -> str:
-        return self.keys[index]
-
-    def find(self, key: str) -> int | None:
-        index = bisect.bisect_left(self.keys, key)
-        return index if index < len(self.keys) and self.keys[index] == key else None
-
-    def first_at_or_after(self, key: str) -> int:
-        return bisect.bisect_left(self.keys, key)
-
     def size(self, index: int) -> int:
         return int(self.sizes[index])
 
@@ -109,7 +115,7 @@ class StoredBucket:
         return bytes(self._map[base + start:base + end])
 
 
-class SyntheticBucket:
+class SyntheticBucket(_SortedKeys):
     """``count`` objects of ``size`` bytes, keys ``PREFIX/<class:04d>/<n:08d>.bin``, made up.
 
     Object ``n`` is in class ``n % classes``. Its body is ``size`` bytes derived from its key;
@@ -126,19 +132,6 @@ class SyntheticBucket:
         prefix = prefix.strip("/")
         # class-major, then n: the order S3 lists them in (zero-padded numbers sort as strings)
         self.keys = [f"{prefix}/{cls:04d}/{n:08d}.bin" for cls in range(classes) for n in range(cls, count, classes)]
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def key(self, index: int) -> str:
-        return self.keys[index]
-
-    def find(self, key: str) -> int | None:
-        index = bisect.bisect_left(self.keys, key)
-        return index if index < len(self.keys) and self.keys[index] == key else None
-
-    def first_at_or_after(self, key: str) -> int:
-        return bisect.bisect_left(self.keys, key)
 
     def size(self, index: int) -> int:
         return self.object_size
