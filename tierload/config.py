@@ -87,6 +87,9 @@ class WarmConfig(_Frozen):
     url: str | None = "~/.cache/tierload/warm"
     capacity_bytes: int = 10 * 2**30
     compress: bool = False
+    # A warm tier that refused a write (read-only, full, no permission) admits nothing for this
+    # long; then one write is tried again, so a tier that is writable again is used again.
+    write_retry_s: float = Field(default=30.0, gt=0)
 
     _parse_sizes = field_validator("capacity_bytes", mode="before")(_bytes_field)
 
@@ -105,6 +108,9 @@ class HotConfig(_Frozen):
     ram_capacity_bytes: int = 0
     peer_copy_min_count: float = Field(default=3.0, ge=0)
     peer_timeout_s: float = Field(default=10.0, gt=0)
+    # A hot level that refused a write (read-only, no permission) admits nothing for this long;
+    # a full one (ENOSPC) has its capacity lowered to what it holds and checked again as often.
+    write_retry_s: float = Field(default=30.0, gt=0)
 
     _parse_sizes = field_validator("capacity_bytes", "ram_capacity_bytes", mode="before")(_bytes_field)
 

@@ -151,6 +151,20 @@ class TierIndex:
         self.policy.on_insert(key, size, now)
         return True
 
+    def readmit(self, key: Hashable, size: int, now: float) -> None:
+        """ABSENT -> RESIDENT for a victim whose file could not be deleted (a read-only directory):
+        the index keeps saying what is on disk, even beyond capacity until the next eviction."""
+        if key in self.resident:
+            return
+        self.resident[key] = size
+        self.used_bytes += size
+        self.policy.on_insert(key, size, now)
+
+    def resize(self, capacity_bytes: int) -> None:
+        """Set the capacity (e.g. lowered to what a full file system holds); nothing is evicted
+        now: the next admission makes room for itself under the new capacity."""
+        self.capacity_bytes = max(0, capacity_bytes)
+
     def remove(self, key: Hashable) -> bool:
         """RESIDENT -> ABSENT. Returns whether the block was resident."""
         size = self.resident.pop(key, None)

@@ -11,6 +11,10 @@ State is rebuilt after a restart: the warm index from the warm store (read by
 :meth:`Coordinator.start`; the constructor does no I/O), the holder map from the nodes, which
 resend their full residency when they see a new ``incarnation``.
 
+A warm tier that cannot be opened at start runs the cluster without a warm tier (warned once);
+one whose victims cannot be deleted (read-only) admits nothing for ``warm.write_retry_s``,
+its undeleted victims back in the index, so the index keeps matching what is stored.
+
 This is a plain class; :mod:`tierload.cache.runtime` makes it a named, detached Ray actor.
 """
 
@@ -24,13 +28,13 @@ from collections import defaultdict
 from typing import Any
 
 from tierload.cache.messages import SyncAnswer, SyncReport
+from tierload.cache.tier_writes import WriteHealth, open_warm_or_none, warn_if_larger_than_file_system
 from tierload.config import TierloadConfig, as_config
 from tierload.counts import AccessCounts
-from tierload.errors import ServiceError
+from tierload.errors import BackendError, ServiceError
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
 from tierload.stores.base import BlockStore
-from tierload.stores.registry import open_store
 from tierload.tierindex import TierIndex
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,7 @@ class Coordinator:
         self._counter = self._reported.counter
         self._store: BlockStore | None = None  # opened by start()
         self._index = None
+        self._health = WriteHealth("warm", self.config.warm.write_retry_s)
         if self.config.warm.url:
             self._index = TierIndex("warm", self.config.warm.capacity_bytes, self._make_policy(policy.warm),
                                     self._reported, policy.warm.admit_min_count)
@@ -82,15 +87,20 @@ class Coordinator:
             This coordinator, started.
 
         Raises:
-            BackendError: The warm tier cannot be opened or listed.
+            BackendError: The warm tier cannot be listed.
         """
-        if self._index is not None and self.config.warm.url:
-            store = open_store(self.config.warm.url, "warm")
-            with self._lock:
-                self._store = store
-                for key, size in sorted(store.scan().items()):
-                    if not self._index.add_existing(key, size, 0.0):
-                        store.delete(key)
+        if self._index is None:
+            return self
+        store = open_warm_or_none(self.config.warm.url)
+        if store is None:
+            return self
+        if store.local_path is not None:
+            warn_if_larger_than_file_system("warm", store.local_path, self._index.capacity_bytes)
+        with self._lock:
+            self._store = store
+            for key, size in sorted(store.scan().items()):
+                if not self._index.add_existing(key, size, 0.0):
+                    self._delete_warm(key)
         return self
 
     def ready(self) -> bool:
@@ -154,6 +164,8 @@ class Coordinator:
             for key in committed:
                 if key in self._index.reserved:
                     self._index.commit(key, self._now)
+            if committed:
+                self._health.succeeded()
             for key in aborted:
                 self._index.abort(key)
 
@@ -182,7 +194,8 @@ class Coordinator:
     def stats(self) -> dict[str, Any]:
         """Warm-tier usage, nodes seen, and the size of the holder map."""
         with self._lock:
-            return {"warm": self._index.stats() if self._index is not None else None,
+            warm = {**self._index.stats(), **self._health.stats()} if self._index is not None else None
+            return {"warm": warm,
                     "nodes": {node: len(self._node_keys.get(node, ())) for node in self._nodes},
                     "forgotten_nodes": sorted(self._forgotten), "accesses": self._accesses,
                     "tracked_blocks": len(self._counter), "held_blocks": len(self._holders),
@@ -203,23 +216,50 @@ class Coordinator:
         granted, present = [], []
         for key, size in proposals:
             present.append(key in self._index)
-            admission = self._index.reserve(key, size, clock)
-            for victim in admission.victims:
-                self._delete_warm(victim)
-            granted.append(admission.admitted)
+            granted.append(self._reserve_warm(key, size, clock))
         return granted, present
+
+    def _reserve_warm(self, key: str, size: int, clock: float) -> bool:
+        """Reserve room for ``key``, victims deleted; False if refused or the tier refuses writes."""
+        assert self._index is not None and self._store is not None
+        if (key in self._index or key in self._index.reserved) or not self._health.admitting():
+            return False
+        admission = self._index.reserve(key, size, clock)
+        for position, victim in enumerate(admission.victims):
+            if not self._delete_warm(victim):
+                self._index.abort(key)
+                for kept in admission.victims[position:]:
+                    self._readmit(kept, clock)
+                return False
+        if admission.victims:
+            self._health.succeeded()
+        return admission.admitted
+
+    def _readmit(self, key: str, clock: float) -> None:
+        """Put a victim whose file could not be deleted back in the index (it is still stored)."""
+        assert self._index is not None and self._store is not None
+        try:
+            self._index.readmit(key, self._store.size(key), clock)
+        except (KeyError, BackendError):
+            pass
 
     def _drop_warm(self, key: str) -> int:
         if self._index is None or self._store is None:
             return 0
         removed = self._index.remove(key)
-        self._delete_warm(key)
+        self._delete_warm(key)  # a corrupt or stale copy that cannot be deleted leaves the index all the same
         return int(removed)
 
-    def _delete_warm(self, key: str) -> None:
+    def _delete_warm(self, key: str) -> bool:
+        """Delete a warm file; False (the tier paused, the cause logged once) if it cannot be."""
         if self._store is None:
             raise ServiceError("the coordinator was not started (call start() before sync)")
-        self._store.delete(key)
+        try:
+            self._store.delete(key)
+        except BackendError as exc:
+            self._health.failed(exc)
+            return False
+        return True
 
     def _apply_residency(self, node_id: str, report: SyncReport) -> None:
         full = report.hot_full

@@ -6,7 +6,8 @@ found corrupt, changes to its hot residency, and peers that did not answer. The 
 which warm writes were admitted (the coordinator has already made room; this node writes
 them, then confirms in a second call) and how the cluster's holder map changed, which this
 node keeps as a replica to find blocks on peers. So the coordinator is called a few times a
-second per node, never once per sample.
+second per node, never once per sample. A warm tier that refuses a write (read-only, full)
+gets no proposal from this node for ``warm.write_retry_s``; the cause is logged once.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Callable
 
 from tierload.blockfile import FrameFormat, encode_frame, recode
 from tierload.cache.messages import SyncAnswer, SyncReport
+from tierload.cache.tier_writes import WriteHealth
 from tierload.errors import BackendError
 from tierload.stores.base import BlockStore
 
@@ -73,11 +75,12 @@ class CoordinatorSync:
             smaller), or None to store them raw.
         max_pending_bytes: Warm writes beyond this many queued bytes are skipped (and counted).
         interval_s: Seconds between calls.
+        write_retry_s: Seconds without proposals after the warm tier refused a write.
     """
 
     def __init__(self, node_id: str, call: Callable, collect: Callable[[bool], tuple], now: Callable[[], float],
                  warm_store: BlockStore | None = None, compress_level: int | None = None,
-                 max_pending_bytes: int = 64 * 2**20, interval_s: float = 0.2) -> None:
+                 max_pending_bytes: int = 64 * 2**20, interval_s: float = 0.2, write_retry_s: float = 30.0) -> None:
         self.node_id = node_id
         self.call = call
         self.collect = collect
@@ -87,6 +90,7 @@ class CoordinatorSync:
         self.max_pending_bytes = max_pending_bytes
         self.interval_s = interval_s
         self.known_warm: set[str] = set()
+        self.warm_health = WriteHealth("warm", write_retry_s)  # under self._lock
         self.holders: dict[str, list[str]] = {}  # replica of the coordinator's map, this node excluded
         self.stats = Counter(warm_writes=0, warm_writes_skipped=0, warm_write_errors=0, sync_errors=0, syncs=0)
         self._lock = threading.Lock()
@@ -139,7 +143,7 @@ class CoordinatorSync:
 
     def _queue(self, key: str, data: bytes) -> None:
         with self._lock:
-            if key in self._writes:
+            if key in self._writes or not self.warm_health.admitting():
                 return
             if self._pending_bytes + len(data) > self.max_pending_bytes:
                 self.stats["warm_writes_skipped"] += 1
@@ -222,18 +226,27 @@ class CoordinatorSync:
         if store is None:  # nothing was queued: offers are ignored without a warm tier
             return
         committed, aborted = [], []
+        refused = False  # once one write is refused, the batch's other admissions are given back unwritten
         for (key, data), admit, there in zip(writes.items(), granted, present, strict=True):
             if there:
                 self.known_warm.add(key)
             if not admit:
                 continue
+            if refused:
+                aborted.append(key)
+                continue
             try:
                 store.write(key, data)
                 committed.append(key)
-            except BackendError:
-                log.warning("cannot write block %s to the warm tier", key, exc_info=True)
+            except BackendError as exc:
+                with self._lock:
+                    self.warm_health.failed(exc)
                 self.stats["warm_write_errors"] += 1
                 aborted.append(key)
+                refused = True
+        if committed:
+            with self._lock:
+                self.warm_health.succeeded()
         if committed or aborted:
             self.call("commit", committed, aborted)
             self.known_warm.update(committed)

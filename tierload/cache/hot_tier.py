@@ -6,6 +6,11 @@ one place residency changes); a new block's file is written outside it, after it
 reserved, and victims are deleted before the decision returns, so the bytes on disk never
 exceed a level's capacity.
 
+A level whose directory stops taking writes (read-only, no permission) admits nothing for
+``hot.write_retry_s``, serves what it holds, and the next level (or the warm tier, or cold)
+takes the rest; a full one (ENOSPC: a tmpfs smaller than the capacity) has its capacity
+lowered to what it holds. Either is logged once per level (:mod:`tierload.cache.tier_writes`).
+
 The constructor touches no file; :meth:`HotTier.start` creates the levels' directories and
 adopts the blocks an earlier run left there.
 """
@@ -16,12 +21,14 @@ import logging
 import os
 import tempfile
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Callable, Sequence, cast
 
 import xxhash
 
 from tierload.blockfile import encode_frame, verify_frame
+from tierload.cache.tier_writes import WriteHealth, free_bytes, is_full, warn_if_larger_than_file_system
 from tierload.config import TierloadConfig, TierPolicyConfig
 from tierload.counts import AccessCounts, PinCounts
 from tierload.errors import BackendError, IntegrityError
@@ -35,11 +42,30 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Level:
-    """One level of the hot tier (RAM or disk)."""
+    """One level of the hot tier (RAM or disk).
+
+    Attributes:
+        name: ``"ram"`` or ``"disk"``.
+        store: Its directory.
+        index: Its residency and capacity (the capacity lowered while its file system is full).
+        health: Whether it takes writes.
+        capacity_bytes: The configured capacity.
+        full_since: ``time.monotonic()`` when its file system was last found full, or None.
+    """
 
     name: str
     store: LocalDirStore
     index: TierIndex
+    health: WriteHealth
+    capacity_bytes: int
+    full_since: float | None = field(default=None)
+
+
+def ram_level_dir(hot_dir: str) -> str:
+    """The RAM level's directory for the disk level at ``hot_dir`` (in ``/dev/shm`` when there is one)."""
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    ident = xxhash.xxh3_64_hexdigest(os.path.abspath(os.path.expanduser(hot_dir)).encode())
+    return os.path.join(shm, f"tierload-ram-{ident}")
 
 
 class HotTier:
@@ -85,19 +111,20 @@ class HotTier:
             BackendError: A level's directory cannot be created.
         """
         self.levels = self._make_levels(self.config, self.hot_dir)
+        for level in self.levels:
+            warn_if_larger_than_file_system(f"hot-{level.name}", level.store.root, level.capacity_bytes)
         self.recover()
 
     def _make_levels(self, config: TierloadConfig, hot_dir: str) -> list[Level]:
         hot, policy = config.hot, self.policy
         specs = []
         if hot.ram_capacity_bytes > 0:
-            shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-            ident = xxhash.xxh3_64_hexdigest(os.path.abspath(os.path.expanduser(hot_dir)).encode())
-            specs.append(("ram", os.path.join(shm, f"tierload-ram-{ident}"), hot.ram_capacity_bytes))
+            specs.append(("ram", ram_level_dir(hot_dir), hot.ram_capacity_bytes))
         specs.append(("disk", hot_dir, hot.capacity_bytes))
         return [Level(name, LocalDirStore(path, tier=f"hot-{name}"),
                       TierIndex(f"hot-{name}", capacity, self._policy(policy), self.accesses,
-                                policy.admit_min_count, pins=self.pins))
+                                policy.admit_min_count, pins=self.pins),
+                      WriteHealth(f"hot-{name}", hot.write_retry_s), capacity)
                 for name, path, capacity in specs]
 
     def _policy(self, policy: TierPolicyConfig):
@@ -109,7 +136,10 @@ class HotTier:
         for level in self.levels:
             for key, size in sorted(level.store.scan().items()):
                 if not level.index.add_existing(key, size, 0.0):
-                    level.store.delete(key)
+                    try:
+                        level.store.delete(key)
+                    except BackendError as exc:
+                        level.health.failed(exc)  # the overflow stays on disk, outside the index
             if level.index.resident:
                 log.info("hot tier %s: adopted %d blocks (%d bytes) from a previous run", level.name,
                          len(level.index.resident), level.index.used_bytes)
@@ -143,7 +173,8 @@ class HotTier:
         return added, [key for key in dirty if key not in added]
 
     def stats(self) -> list[dict]:
-        return [level.index.stats() for level in self.levels]
+        """Per level, fastest first: the index's stats, ``writable`` and ``write_failures``."""
+        return [{**level.index.stats(), **level.health.stats()} for level in self.levels]
 
     def read_frame(self, key: str) -> bytes | None:
         """The frame of a resident block as stored, checked against its checksum (a raw
@@ -171,69 +202,141 @@ class HotTier:
 
     # ------------------------------------------------------------------ changes
     def place(self, key: str, raw: bytes, digest: int) -> int | None:
-        """Admit a fetched block into the highest level that takes it; its level, or None."""
+        """Admit a fetched block into the highest level that takes it; its level, or None.
+
+        A level that refuses the write (read-only, full) is passed over for the next one.
+        """
         data = encode_frame(key, raw, digest)
-        with self.lock:
-            now = self.now()
-            for index, level in enumerate(self.levels):
-                admission = level.index.reserve(key, len(data), now)
-                if admission.admitted:
-                    self._evict(index, admission.victims)
-                    break
-            else:
-                return None
-        try:
-            level.store.write(key, data)
-        except BackendError:
-            log.warning("cannot write block %s to hot level %s", key, level.name, exc_info=True)
+        for index, level in enumerate(self.levels):
             with self.lock:
-                level.index.abort(key)
-            return None
-        with self.lock:
-            level.index.commit(key, now)
-            self.dirty.add(key)
-        return index
+                if not self._reserve(index, key, len(data)):
+                    continue
+                now = self.now()
+            try:
+                level.store.write(key, data)
+            except BackendError as exc:
+                with self.lock:
+                    level.index.abort(key)
+                    self._refused(level, exc)
+                continue
+            with self.lock:
+                level.index.commit(key, now)
+                level.health.succeeded()
+                self.dirty.add(key)
+            return index
+        return None
 
     def drop(self, key: str) -> int:
-        """Remove ``key`` from whichever level holds it (call under the lock); 1 if it was there."""
+        """Remove ``key`` from whichever level holds it (call under the lock); 1 if it was there.
+
+        A file that cannot be deleted (a read-only level) leaves the index all the same: a
+        dropped copy is corrupt or stale and must not be handed out again.
+        """
         level = self.level_of(key)
         if level is None:
             return 0
         self.levels[level].index.remove(key)
-        self.levels[level].store.delete(key)
+        try:
+            self.levels[level].store.delete(key)
+        except BackendError as exc:
+            self.levels[level].health.failed(exc)
         self.dirty.add(key)
         return 1
 
-    def _evict(self, level_index: int, victims: Sequence[str]) -> None:
-        """Delete victims of a level (under the lock), demoting them a level down or to warm."""
-        level, offer_warm = self.levels[level_index], self.offer_warm
-        for victim in victims:
-            lower = level_index + 1 < len(self.levels)
-            to_warm = offer_warm is not None and not self.in_warm(victim)
-            data = None
-            if lower or to_warm:
-                try:
-                    data = level.store.read(victim)
-                except KeyError:
-                    data = None
-            level.store.delete(victim)
+    def _reserve(self, level_index: int, key: str, size: int) -> bool:
+        """Reserve room for ``key`` in a level that takes writes, victims deleted (under the lock)."""
+        level = self.levels[level_index]
+        if not level.health.admitting():
+            return False
+        self._refit(level)
+        admission = level.index.reserve(key, size, self.now())
+        if not admission.admitted:
+            return False
+        if not self._evict(level_index, admission.victims):
+            level.index.abort(key)
+            return False
+        return True
+
+    def _refused(self, level: Level, exc: BackendError) -> None:
+        """A write to ``level`` failed (under the lock): a full file system lowers its capacity
+        to what it holds; any other refusal pauses it."""
+        if not is_full(exc):
+            level.health.failed(exc)
+            return
+        if level.full_since is None:
+            log.warning("hot level %s is full at %d bytes, below its capacity of %d bytes (%s); its capacity is "
+                        "lowered to what it holds and blocks that do not fit go to the next level", level.name,
+                        level.index.used_bytes, level.capacity_bytes, exc)
+        level.full_since = time.monotonic()
+        level.index.resize(level.index.used_bytes)
+
+    def _refit(self, level: Level) -> None:
+        """Give a full level back the room its file system has again (every ``write_retry_s``)."""
+        if level.full_since is None or time.monotonic() - level.full_since < level.health.retry_s:
+            return
+        free = free_bytes(level.store.root) or 0
+        level.index.resize(min(level.capacity_bytes, level.index.used_bytes + free))
+        level.full_since = time.monotonic()
+        if level.index.capacity_bytes == level.capacity_bytes:
+            level.full_since = None
+            log.warning("hot level %s has room for its whole capacity again", level.name)
+
+    def _evict(self, level_index: int, victims: Sequence[str]) -> bool:
+        """Delete victims of a level (under the lock), demoting them a level down or to warm.
+
+        Returns:
+            False if a victim's file could not be deleted: the level refuses writes, and the
+            victims still on disk are back in its index (which keeps matching the disk).
+        """
+        level = self.levels[level_index]
+        for position, victim in enumerate(victims):
+            data = self._victim_frame(level_index, victim)
+            try:
+                level.store.delete(victim)
+            except BackendError as exc:
+                level.health.failed(exc)
+                self._readmit(level, victims[position:])
+                return False
             self.dirty.add(victim)
-            if data is None:
-                continue
-            if lower:
-                below = self.levels[level_index + 1]
-                admission = below.index.reserve(victim, len(data), self.now())
-                if admission.admitted:
-                    self._evict(level_index + 1, admission.victims)
-                    try:
-                        below.store.write(victim, data)
-                        below.index.commit(victim, self.now())
-                        continue
-                    except BackendError:
-                        below.index.abort(victim)
-            if offer_warm is not None and to_warm:
+            if data is not None:
+                self._demote(level_index, victim, data)
+        return True
+
+    def _victim_frame(self, level_index: int, victim: str) -> bytes | None:
+        """A victim's frame, read when a lower level or the warm tier may take it."""
+        lower = level_index + 1 < len(self.levels)
+        to_warm = self.offer_warm is not None and not self.in_warm(victim)
+        if not (lower or to_warm):
+            return None
+        try:
+            return self.levels[level_index].store.read(victim)
+        except KeyError:
+            return None
+
+    def _readmit(self, level: Level, victims: Sequence[str]) -> None:
+        for victim in victims:
+            try:
+                level.index.readmit(victim, level.store.size(victim), self.now())
+            except KeyError:
+                self.dirty.add(victim)  # gone already: it stays out of the index
+
+    def _demote(self, level_index: int, victim: str, data: bytes) -> None:
+        """Move an evicted frame a level down if that level takes it, else offer it to warm."""
+        if level_index + 1 < len(self.levels):
+            below = self.levels[level_index + 1]
+            if self._reserve(level_index + 1, victim, len(data)):
                 try:
-                    verify_frame(victim, data)  # a corrupt copy must not spread to the shared tier
-                except IntegrityError:
-                    continue
-                offer_warm(victim, data)
+                    below.store.write(victim, data)
+                except BackendError as exc:
+                    below.index.abort(victim)
+                    self._refused(below, exc)
+                else:
+                    below.index.commit(victim, self.now())
+                    below.health.succeeded()
+                    return
+        if self.offer_warm is not None and not self.in_warm(victim):
+            try:
+                verify_frame(victim, data)  # a corrupt copy must not spread to the shared tier
+            except IntegrityError:
+                return
+            self.offer_warm(victim, data)

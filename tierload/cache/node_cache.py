@@ -39,10 +39,10 @@ from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, S
 from tierload.cache.oracle import PlanOracle
 from tierload.cache.stream import Stream
 from tierload.cache.stream_table import StreamTable
+from tierload.cache.tier_writes import open_warm_or_none
 from tierload.config import TierloadConfig, as_config
 from tierload.counts import PinCounts
 from tierload.stores.cold import ColdSource
-from tierload.stores.registry import open_store
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,8 @@ class NodeCache:
         self._sync = None
         if coordinator_call is not None:
             self._sync = CoordinatorSync(node_id, coordinator_call, self._collect_for_sync, self._accounting.now,
-                                         None, self.config.wire.zstd_level if self.config.warm.compress else None)
+                                         None, self.config.wire.zstd_level if self.config.warm.compress else None,
+                                         write_retry_s=self.config.warm.write_retry_s)
         plans: defaultdict[str, list[Stream]] = defaultdict(list)
         sync = self._sync
         self._hot = HotTier(self.config, self.hot_dir, self._accounting.accesses, self._pins,
@@ -105,7 +106,7 @@ class NodeCache:
             BackendError: A hot or warm tier directory cannot be created.
         """
         self._hot.start()
-        warm = open_store(self.config.warm.url, "warm") if self._has_warm and self.config.warm.url else None
+        warm = open_warm_or_none(self.config.warm.url) if self._has_warm else None
         self._fetcher.start(warm)
         publish_endpoint(self._hot.dirs[-1], self.endpoint())
         self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {self.node_id}",

@@ -41,9 +41,21 @@ class BlockStore(ABC):
     def write(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key`` atomically (temporary name, then rename into place)."""
 
+    def size(self, key: str) -> int:
+        """Bytes of the stored file of ``key`` (default: read it).
+
+        Raises:
+            KeyError: No block is stored under ``key``.
+        """
+        return len(self.read(key))
+
     @abstractmethod
     def delete(self, key: str) -> bool:
-        """Remove ``key``; return whether it was there."""
+        """Remove ``key``; return whether it was there.
+
+        Raises:
+            BackendError: The file is there but cannot be removed (e.g. a read-only file system).
+        """
 
     @abstractmethod
     def contains(self, key: str) -> bool:

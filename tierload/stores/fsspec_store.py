@@ -88,6 +88,9 @@ class FsspecStore(BlockStore):
             self.fs.rm_file(path)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise BackendError(f"cannot delete a block from the {self.tier} tier: {exc}", tier=self.tier, key=key,
+                               url=self.url) from exc
         self.fs.invalidate_cache(path)
         return True
 

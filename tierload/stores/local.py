@@ -4,10 +4,15 @@ Layout: ``<root>/<2 hex>/<key>`` (fan-out keeps directories small at millions of
 temporary files in ``<root>/.tmp/<key>.<pid>.<random>``. A temporary file is renamed into
 place only once complete, so a crash leaves at most a temporary file, which :meth:`scan`
 removes once its writer is dead.
+
+A directory that exists but cannot be written (a read-only mount, no permission) still opens:
+its blocks are served, and each write raises :class:`BackendError`, which the tier's owner
+turns into "admit nothing for a while" (:mod:`tierload.cache.tier_writes`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -15,6 +20,8 @@ from pathlib import Path
 from tierload.errors import BackendError
 from tierload.keys import check_key
 from tierload.stores.base import BlockStore
+
+log = logging.getLogger(__name__)
 
 _TMP = ".tmp"
 
@@ -37,7 +44,7 @@ class LocalDirStore(BlockStore):
         tier: Tier name used in error messages.
 
     Raises:
-        BackendError: The directory cannot be created.
+        BackendError: The directory does not exist and cannot be created.
     """
 
     def __init__(self, root: str | os.PathLike, tier: str = "hot") -> None:
@@ -47,8 +54,11 @@ class LocalDirStore(BlockStore):
         try:
             (self.root / _TMP).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise BackendError(f"cannot create the {tier} tier directory: {exc}", tier=tier,
-                               url=self.url) from exc
+            if not self.root.is_dir():
+                raise BackendError(f"cannot create the {tier} tier directory: {exc}", tier=tier,
+                                   url=self.url) from exc
+            log.warning("the %s tier directory %s is not writable (%s); its blocks are served, none is "
+                        "added", tier, self.url, exc)
 
     @property
     def local_path(self) -> Path:
@@ -83,9 +93,18 @@ class LocalDirStore(BlockStore):
                 handle.write(data)
             os.replace(tmp, final)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # a read-only file system refuses even to unlink what is not there
+                pass
             raise BackendError(f"cannot write block to the {self.tier} tier: {exc}", tier=self.tier,
                                key=key, url=self.url) from exc
+
+    def size(self, key: str) -> int:
+        try:
+            return self.path(key).stat().st_size
+        except FileNotFoundError:
+            raise KeyError(key) from None
 
     def delete(self, key: str) -> bool:
         try:
@@ -93,16 +112,15 @@ class LocalDirStore(BlockStore):
             return True
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise BackendError(f"cannot delete a block from the {self.tier} tier: {exc}", tier=self.tier,
+                               key=key, url=self.url) from exc
 
     def contains(self, key: str) -> bool:
         return self.path(key).is_file()
 
     def scan(self) -> dict[str, int]:
-        for leftover in (self.root / _TMP).iterdir():
-            parts = leftover.name.rsplit(".", 2)
-            writer_pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
-            if writer_pid < 0 or not _pid_alive(writer_pid):
-                leftover.unlink(missing_ok=True)
+        self._sweep_leftovers()
         found: dict[str, int] = {}
         for sub in self.root.iterdir():
             if sub.name == _TMP or not sub.is_dir():
@@ -113,6 +131,21 @@ class LocalDirStore(BlockStore):
                 except (ValueError, FileNotFoundError):
                     continue
         return found
+
+    def _sweep_leftovers(self) -> None:
+        """Remove temporary files whose writer is dead (none to sweep in a read-only directory)."""
+        try:
+            leftovers = list((self.root / _TMP).iterdir())
+        except FileNotFoundError:
+            return
+        for leftover in leftovers:
+            parts = leftover.name.rsplit(".", 2)
+            writer_pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
+            if writer_pid < 0 or not _pid_alive(writer_pid):
+                try:
+                    leftover.unlink(missing_ok=True)
+                except OSError as exc:
+                    log.warning("cannot remove the leftover %s from the %s tier: %s", leftover, self.tier, exc)
 
     def __repr__(self) -> str:
         return f"LocalDirStore({self.url!r})"
