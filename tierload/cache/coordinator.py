@@ -233,6 +233,8 @@ class Coordinator:
                 return False
         if admission.victims:
             self._health.succeeded()
+        if admission.admitted:
+            self._health.trying()
         return admission.admitted
 
     def _readmit(self, key: str, clock: float) -> None:

@@ -150,6 +150,7 @@ class CoordinatorSync:
                 return
             self._writes[key] = data
             self._pending_bytes += len(data)
+            self.warm_health.trying()
 
     def drop_warm(self, key: str) -> None:
         """Report a corrupt warm copy of ``key``; the coordinator deletes it."""

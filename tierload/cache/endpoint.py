@@ -57,5 +57,5 @@ def withdraw_endpoint(hot_dir, endpoint: Endpoint) -> None:
         return
     try:
         os.unlink(os.path.join(str(hot_dir), ENDPOINT_FILE))
-    except FileNotFoundError:
+    except OSError:  # gone already, or a read-only hot directory: the file names a dead process
         pass

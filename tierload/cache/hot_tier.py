@@ -255,6 +255,7 @@ class HotTier:
         if not self._evict(level_index, admission.victims):
             level.index.abort(key)
             return False
+        level.health.trying()
         return True
 
     def _refused(self, level: Level, exc: BackendError) -> None:

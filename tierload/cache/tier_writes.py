@@ -28,7 +28,7 @@ def os_error_of(exc: BaseException) -> OSError | None:
     """The :class:`OSError` behind ``exc`` (itself or a cause in its ``raise ... from`` chain), or None."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, OSError):
+        if isinstance(seen, OSError) and seen.errno is not None:  # BackendError is an OSError with none
             return seen
         seen = seen.__cause__
     return None
@@ -44,7 +44,7 @@ def describe(exc: BaseException) -> str:
     """``exc``'s cause in a few words, e.g. ``"Read-only file system (EROFS)"``."""
     cause = os_error_of(exc)
     if cause is None or cause.errno is None:
-        return f"{type(exc).__name__}: {exc}"
+        return type(exc).__name__
     return f"{os.strerror(cause.errno)} ({errno.errorcode.get(cause.errno, cause.errno)})"
 
 
@@ -116,14 +116,14 @@ class WriteHealth:
         self._paused_until = float("-inf")
 
     def admitting(self) -> bool:
-        """Whether a write may be tried now: the tier takes writes, or its retry time came (then
-        this one caller probes it, and the others wait another ``retry_s``)."""
-        now = self.clock()
-        if now < self._paused_until:
-            return False
+        """Whether a write may be tried now: the tier takes writes, or its retry time came."""
+        return self.clock() >= self._paused_until
+
+    def trying(self) -> None:
+        """A write is about to be tried: while the tier refuses, this one probes it and the next
+        may try only ``retry_s`` later (unless this one succeeds)."""
         if self.refusing:
-            self._paused_until = now + self.retry_s
-        return True
+            self._paused_until = self.clock() + self.retry_s
 
     def failed(self, exc: BaseException) -> None:
         """A write was refused: admit nothing for ``retry_s``; log the cause if it is news."""
@@ -134,7 +134,7 @@ class WriteHealth:
             return
         self.refusing = True
         log.warning("the %s tier refuses writes (%s: %s); it serves the blocks it holds, admits nothing, and "
-                    "tries one write again every %.0f s", self.tier, describe(exc), exc, self.retry_s)
+                    "tries one write again every %g s", self.tier, describe(exc), exc, self.retry_s)
 
     def succeeded(self) -> None:
         """A write went through: admit again (logged once after a run of refusals)."""
