@@ -375,3 +375,42 @@ def test_an_empty_read_only_warm_dir_at_start_is_a_warning_and_the_job_runs(buck
     assert warm_stats(config)["warm"]["blocks"] == 0 and warm_stats(config)["warm"]["reserved_blocks"] == 0
     assert dataset.epoch_stats(1).get("cold_gets", 0) == 0  # the hot tier works
     assert actor_log_lines(dataset.cache_stats()["pid"], "is not writable") == 1
+
+
+def test_a_read_only_warm_tier_is_used_again_once_writable(tmp_path, mounts, caplog):
+    """The node's side and the coordinator's, in one process: refused writes give their
+    reservations back, the node stops proposing for ``warm.write_retry_s``, and proposes
+    (and writes) again once the directory is writable again."""
+    from tierload.cache.coordinator import Coordinator
+    from tierload.cache.coordinator_sync import CoordinatorSync
+
+    caplog.set_level(logging.INFO, logger="tierload")
+    warm = mounts.tmpfs(tmp_path / "warm", "4m")
+    coordinator = Coordinator({"warm": {"url": str(warm), "capacity_bytes": 2**20, "write_retry_s": 0.3}},
+                              node_alive=lambda: None).start()
+    blocks = [block(i, 3000) for i in range(30)]
+    counts = {key: 1.0 for key, _, _ in blocks}
+    sync = CoordinatorSync("node-a", lambda method, *args: getattr(coordinator, method)(*args),
+                           lambda full: (counts, [], [], [] if full else None), lambda: 0.0,
+                           warm_store=open_warm_or_none(str(warm)), write_retry_s=0.3)
+
+    def offer(chunk) -> None:
+        for key, raw, digest in chunk:
+            sync.offer_fetched(key, raw, digest)
+        sync.flush()
+
+    offer(blocks[:10])
+    assert coordinator.stats()["warm"]["blocks"] == 10 == len(block_files(warm))
+    mounts.remount(warm, read_only=True)
+    offer(blocks[10:20])  # granted by the coordinator, refused by the file system
+    offer(blocks[20:25])  # not even proposed: the tier refuses writes
+    stats = coordinator.stats()["warm"]
+    assert stats["reserved_blocks"] == 0 and stats["blocks"] == 10 == len(block_files(warm))
+    assert stats["used_bytes"] == sum(block_files(warm).values())
+    assert sync.stats["warm_write_errors"] == 1 and tierload_lines(caplog, REFUSES) == 1
+    mounts.remount(warm, read_only=False)
+    time.sleep(0.35)
+    offer(blocks[25:])
+    stats = coordinator.stats()["warm"]
+    assert stats["blocks"] == len(block_files(warm)) > 10 and stats["reserved_blocks"] == 0
+    assert tierload_lines(caplog, "takes writes again") == 1 and "Traceback" not in caplog.text
