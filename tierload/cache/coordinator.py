@@ -221,15 +221,15 @@ class Coordinator:
 
     def _reserve_warm(self, key: str, size: int, clock: float) -> bool:
         """Reserve room for ``key``, victims deleted; False if refused or the tier refuses writes."""
-        assert self._index is not None and self._store is not None
-        if (key in self._index or key in self._index.reserved) or not self._health.admitting():
+        index = self._index
+        if index is None or key in index or key in index.reserved or not self._health.admitting():
             return False
-        admission = self._index.reserve(key, size, clock)
+        admission = index.reserve(key, size, clock)
         for position, victim in enumerate(admission.victims):
             if not self._delete_warm(victim):
-                self._index.abort(key)
+                index.abort(key)
                 for kept in admission.victims[position:]:
-                    self._readmit(kept, clock)
+                    self._readmit(index, kept, clock)
                 return False
         if admission.victims:
             self._health.succeeded()
@@ -237,13 +237,14 @@ class Coordinator:
             self._health.trying()
         return admission.admitted
 
-    def _readmit(self, key: str, clock: float) -> None:
+    def _readmit(self, index: TierIndex, key: str, clock: float) -> None:
         """Put a victim whose file could not be deleted back in the index (it is still stored)."""
-        assert self._index is not None and self._store is not None
+        if self._store is None:
+            return
         try:
-            self._index.readmit(key, self._store.size(key), clock)
+            index.readmit(key, self._store.size(key), clock)
         except (KeyError, BackendError):
-            pass
+            pass  # gone after all (or unreadable): it stays out of the index
 
     def _drop_warm(self, key: str) -> int:
         if self._index is None or self._store is None:
