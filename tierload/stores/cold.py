@@ -34,6 +34,7 @@ from tierload.errors import (
     TierloadError,
     TransientBackendError,
 )
+from tierload.stores import aws_chain
 from tierload.stores.cold_async import RangeRequest, S3RangeReader
 from tierload.stores.listing import ObjectInfo, ObjectListing, list_fsspec, list_local, list_s3
 from tierload.stores.retry import HEALTH, RetryBudget, classify
@@ -147,13 +148,21 @@ class ColdLocation:
 
     url: str
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
+    credential_chain: tuple[tuple[str, str], ...] = field(default=(), repr=False, hash=False)
 
     @classmethod
     def resolve(cls, url: str, config: ColdConfig, environ: dict | None = None) -> "ColdLocation":
-        """The location of ``url`` with options from ``config`` (for S3: see :func:`s3_storage_options`)."""
+        """The location of ``url`` with options from ``config`` (for S3: see :func:`s3_storage_options`).
+
+        For S3 the credential chain's settings in ``environ`` (default ``os.environ``) are
+        captured too (:func:`tierload.stores.aws_chain.capture`), so every process that reads
+        finds the credentials this one would.
+        """
         url = url.rstrip("/")
         if fsspec.utils.get_protocol(url) in ("s3", "s3a"):
-            return cls(url, s3_storage_options(config, environ))
+            options = s3_storage_options(config, environ)
+            chain = () if options.get("anon") else aws_chain.capture(options, environ)
+            return cls(url, options, chain)
         return cls(url, dict(config.storage_options))
 
     @property
@@ -246,8 +255,12 @@ class ColdSource:
         with self._credentials_lock:  # one client per process, however many threads ask at once
             if self._fs is None or self._pid != os.getpid():
                 cls = fsspec.get_filesystem_class(self.protocol)
+                options = {**self.storage_options, **self._provided_credentials()}
+                if self.location.credential_chain or options.get("profile"):
+                    options["session"] = aws_chain.session_for(self.location.credential_chain,
+                                                               options.pop("profile", None))
                 # skip_instance_cache: a cached instance may hold another process's session or loop.
-                fs = cls(skip_instance_cache=True, **{**self.storage_options, **self._provided_credentials()})
+                fs = cls(skip_instance_cache=True, **options)
                 if self.protocol in ("s3", "s3a"):
                     fs.retries = 1  # one try: tierload.stores.retry is the only retry layer
                 self._pid = os.getpid()
