@@ -13,6 +13,7 @@ import asyncio
 import importlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,8 +40,8 @@ from tierload.stores.cold_async import RangeRequest, S3RangeReader
 from tierload.stores.listing import ObjectInfo, ObjectListing, list_fsspec, list_local, list_s3
 from tierload.stores.retry import HEALTH, RetryBudget, classify
 
-__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "ObjectListing", "RangeRequest", "s3_storage_options",
-           "translate_error"]
+__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "ObjectListing", "RangeRequest", "canonical_url",
+           "s3_storage_options", "translate_error"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,40 @@ def _chain(exc: BaseException | None):
         exc = exc.__cause__ or exc.__context__
 
 
+_DUPLICATE_SLASHES = re.compile(r"/{2,}")
+
+
+def canonical_url(url: str) -> str:
+    """One spelling per prefix or object, so one object is one manifest and one cache entry.
+
+    ``s3a://`` (Hadoop's name for the same S3 objects) becomes ``s3://``; in the path of an
+    ``s3``, ``file`` or scheme-less URL, runs of ``/`` become one and a trailing ``/`` goes:
+    ``s3://b/p``, ``s3://b/p/``, ``s3://b//p`` and ``s3a://b/p`` are all ``s3://b/p``. S3 itself
+    would treat ``b//p`` as the key prefix ``/p``; a doubled slash in a prefix is a joining
+    mistake far more often than a key that starts with ``/``, so it is read as the user meant.
+    Keys found by the listing are never rewritten. Other URLs (``http``, ``gs`` ...) only lose
+    a trailing ``/``.
+
+    Args:
+        url: A prefix or object URL as the user gave it.
+
+    Returns:
+        The canonical URL.
+    """
+    scheme, separator, path = url.partition("://")
+    if not separator:
+        scheme, path = "", url
+    if scheme not in ("", "s3", "s3a", "file", "local"):
+        return url.rstrip("/")
+    if scheme == "s3a":
+        scheme = "s3"
+    path = _DUPLICATE_SLASHES.sub("/", path)
+    path = path.rstrip("/") if path.strip("/") else path[:1]
+    if scheme == "s3":
+        path = path.lstrip("/")
+    return f"{scheme}://{path}" if scheme else path
+
+
 def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[str, Any]:
     """Resolve the s3fs options once, in the process that reads the config.
 
@@ -142,7 +177,8 @@ class ColdLocation:
     they never appear in its ``repr`` (so neither in logs, errors nor status).
 
     Attributes:
-        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits`` (no trailing ``/``).
+        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits`` (:func:`canonical_url` when
+            resolved).
         storage_options: Resolved fsspec/s3fs options.
     """
 
@@ -158,7 +194,7 @@ class ColdLocation:
         captured too (:func:`tierload.stores.aws_chain.capture`), so every process that reads
         finds the credentials this one would.
         """
-        url = url.rstrip("/")
+        url = canonical_url(url)
         if fsspec.utils.get_protocol(url) in ("s3", "s3a"):
             options = s3_storage_options(config, environ)
             chain = () if options.get("anon") else aws_chain.capture(options, environ)
