@@ -254,7 +254,8 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
     """
     objects = source.list_objects(exclude=tuple(config.exclude))
     if len(objects) == 0:
-        raise ManifestError("the prefix holds no objects", tier="cold", url=source.url)
+        unreadable = f"; {len(objects.unreadable)} skipped: {objects.unreadable}" if objects.unreadable else ""
+        raise ManifestError(f"the prefix holds no objects{unreadable}", tier="cold", url=source.url)
     chosen = layout or config.layout
     if chosen == "auto":
         chosen = detect_layout(objects, config)
@@ -263,7 +264,7 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
              len(plan.blocks), len(plan.sample_block), chosen)
     return Manifest(url=source.url, layout=chosen, blocks=plan.blocks, sample_block=plan.sample_block,
                     sample_index=plan.sample_index, labels=plan.labels, classes=plan.classes, extra=plan.extra,
-                    skipped=plan.skipped, created_at=time.time())
+                    skipped={**objects.unreadable, **plan.skipped}, created_at=time.time())
 
 
 def manifest_identity(source: ColdSource, config: ManifestConfig, layout: str | None) -> str:

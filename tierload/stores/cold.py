@@ -36,7 +36,7 @@ from tierload.errors import (
     TransientBackendError,
 )
 from tierload.stores import aws_chain
-from tierload.stores.cold_async import RangeRequest, S3RangeReader
+from tierload.stores.cold_async import RangeRequest, S3RangeReader, check_length
 from tierload.stores.listing import ObjectInfo, ObjectListing, list_fsspec, list_local, list_s3
 from tierload.stores.retry import HEALTH, RetryBudget, classify
 
@@ -76,6 +76,9 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     if code == "NoSuchBucket" or "bucket does not exist" in text.lower():
         return BucketNotFoundError("the bucket does not exist; check the URL and the endpoint", tier="cold",
                                    url=url)
+    if code == "InvalidRange":  # 416: the range starts at or past the object's end
+        return SourceChangedError("the byte range starts past the end of the object: it is shorter than the "
+                                  "manifest says; refresh the manifest", tier="cold", url=url)
     if code == "PreconditionFailed":
         return SourceChangedError("the object changed since the manifest was built (ETag differs); "
                                   "refresh the manifest", tier="cold", url=url)
@@ -501,4 +504,5 @@ class ColdSource:
         except Exception as exc:  # noqa: BLE001
             raise translate_error(exc, url) from exc
         self._count(tally, data)
+        check_length(url, offset, offset + length, data, current.size)  # a file read stops at its end, silently
         return data
