@@ -84,3 +84,18 @@ def make_dataset(s3, ray_session):
     yield make
     for config in {id(c): c for c in configs}.values():
         stop_actors(config)
+
+
+@pytest.fixture
+def faulty_s3(s3):
+    """The fault-injecting proxy (tests/faulty_s3.py) in front of the session's moto server.
+
+    Point a dataset or source at ``faulty_s3.endpoint_url``; break requests through
+    ``faulty_s3.faults`` (S3 errors, SlowDown, stalls, truncated bodies, a random
+    :class:`faulty_s3.FaultMix`, credentials) or ``faulty_s3.refuse_connections_for(seconds)``;
+    count what arrived in ``faulty_s3.faults.gets`` / ``access_keys``.
+    """
+    from faulty_s3 import FaultyS3
+
+    with FaultyS3(s3.endpoint_url) as proxy:
+        yield proxy

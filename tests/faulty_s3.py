@@ -3,15 +3,57 @@
 Requests are forwarded unchanged (aiohttp, on its own event-loop thread); rules decide per
 request whether to answer with an S3 error instead, to cut the body short, to slow it down or
 never to answer it. :meth:`FaultyS3.refuse_connections_for` closes the port for a while (an
-endpoint outage: connections refused). It also counts the GETs it receives per object key.
+endpoint outage: connections refused). It also counts the GETs it receives per object key, and
+the access key id every signed request carries (moto accepts any key: this is how a test proves
+which credentials a process used). Tests get one through the ``faulty_s3`` fixture
+(tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import re
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+
+_ACCESS_KEY = re.compile(r"Credential=([^/]+)/")
+
+
+@dataclass
+class FaultMix:
+    """A random mix of faults on GETs, seeded: each GET draws one (or none).
+
+    Attributes:
+        error_503: Share of GETs answered ``503 ServiceUnavailable``.
+        slow_down: Share answered ``503 SlowDown``.
+        stall: Share that get no answer for ``stall_s`` seconds, then a closed connection.
+        reset: Share whose body breaks off halfway (connection closed).
+        stall_s: How long a stalled GET hangs (longer than the client's read timeout).
+        seed: Seed of the draws.
+    """
+
+    error_503: float = 0.0
+    slow_down: float = 0.0
+    stall: float = 0.0
+    reset: float = 0.0
+    stall_s: float = 2.0
+    seed: int = 0
+    injected: Counter = field(default_factory=Counter)  # GETs per fault drawn
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def draw(self) -> str | None:
+        """The fault of the next GET (``None``: forwarded unchanged), counted in ``injected``."""
+        point = self._rng.random()
+        for name in ("error_503", "slow_down", "stall", "reset"):
+            point -= getattr(self, name)
+            if point < 0:
+                self.injected[name] += 1
+                return name
+        return None
 
 import aiohttp
 from aiohttp import web
@@ -31,6 +73,9 @@ class Faults:
     never_answer: set[str] = field(default_factory=set)        # GETs of these get no answer while listed
     slow_chunk_s: float = 0.0                                    # sleep per 64 KiB chunk of every GET body
     first_byte_s: float = 0.0                                    # sleep before forwarding every GET
+    mix: FaultMix | None = None                                  # random faults on every GET
+    allowed_access_keys: set[str] = field(default_factory=set)  # if set, other signed requests: 403
+    access_keys: Counter = field(default_factory=Counter)       # signed requests per access key id
     gets: Counter = field(default_factory=Counter)
     clients: Counter = field(default_factory=Counter)            # GETs per (user agent's first word, signed?)
     open_gets: int = 0                                           # GETs being answered now
@@ -59,6 +104,14 @@ class FaultyS3:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         key = self._object_key(request)
         is_get = request.method == "GET" and "list-type" not in request.query and key and "/" in request.path[1:]
+        signed_by = _ACCESS_KEY.search(request.headers.get("Authorization", ""))
+        if signed_by:
+            self.faults.access_keys[signed_by.group(1)] += 1
+            if self.faults.allowed_access_keys and signed_by.group(1) not in self.faults.allowed_access_keys:
+                body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code>'
+                        b"<Message>The AWS Access Key Id you provided does not exist in our records.</Message>"
+                        b"</Error>")
+                return web.Response(status=403, body=body, content_type="application/xml")
         if not is_get:
             return await self._forward(request, key, is_get)
         self.faults.open_gets += 1  # one event loop: no lock needed
@@ -66,6 +119,10 @@ class FaultyS3:
         try:
             if self.faults.first_byte_s:
                 await asyncio.sleep(self.faults.first_byte_s)
+            drawn = self.faults.mix.draw() if self.faults.mix else None
+            if drawn is not None:
+                self.faults.gets[key] += 1
+                return await self._inject(request, key, drawn)
             if key in self.faults.never_answer:
                 self.faults.gets[key] += 1
                 while key in self.faults.never_answer and not self._closing:
@@ -76,9 +133,10 @@ class FaultyS3:
         finally:
             self.faults.open_gets -= 1
 
-    async def _forward(self, request: web.Request, key: str, is_get: bool) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, key: str, is_get: bool, counted: bool = False) -> web.StreamResponse:
         if is_get:
-            self.faults.gets[key] += 1
+            if not counted:
+                self.faults.gets[key] += 1
             auth = request.headers.get("Authorization", "")
             agent = request.headers.get("User-Agent", "").split(" ")[0].split("/")[0]
             self.faults.clients[agent, bool(auth)] += 1
@@ -114,6 +172,19 @@ class FaultyS3:
                 await response.write(payload[start:start + 65536])
             await response.write_eof()
             return response
+
+    async def _inject(self, request: web.Request, key: str, fault: str) -> web.StreamResponse:
+        """Answer a GET with one fault of :class:`FaultMix`."""
+        if fault in ("error_503", "slow_down"):
+            code = b"ServiceUnavailable" if fault == "error_503" else b"SlowDown"
+            body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>' + code + b"</Code></Error>"
+            return web.Response(status=503, body=body, content_type="application/xml")
+        if fault == "stall":
+            await asyncio.sleep(self.faults.mix.stall_s if self.faults.mix else 0)
+            request.transport.close()
+            return web.Response(status=500)
+        self.faults.truncate_once.add(key)  # "reset": this GET's body breaks off halfway
+        return await self._forward(request, key, True, counted=True)
 
     def _signature_matches(self, request: web.Request, auth: str) -> bool:
         """Recompute the request's SigV4 signature with botocore and ``verify_secret``, as S3 would."""

@@ -53,7 +53,7 @@ from tierload.order import (
 from tierload.packs import manifest_settings
 from tierload.resume import ResumeTracker
 from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
-from tierload.stores.cold import ColdLocation, ColdSource
+from tierload.stores.cold import ColdLocation, ColdSource, canonical_url
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class TieredDataset(IterableDataset):
         if address:
             overrides["ray"] = {"address": address}
         self.config = load_config(config, overrides=overrides)
-        self.url = url.rstrip("/")
+        self.url = canonical_url(url)  # s3a://, doubled or trailing slashes: one dataset, one manifest
         self.shuffle = shuffle
         self.transform = transform
         self.batch_size = batch_size

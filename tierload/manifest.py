@@ -254,7 +254,8 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
     """
     objects = source.list_objects(exclude=tuple(config.exclude))
     if len(objects) == 0:
-        raise ManifestError("the prefix holds no objects", tier="cold", url=source.url)
+        unreadable = f"; {len(objects.unreadable)} skipped: {objects.unreadable}" if objects.unreadable else ""
+        raise ManifestError(f"the prefix holds no objects{unreadable}", tier="cold", url=source.url)
     chosen = layout or config.layout
     if chosen == "auto":
         chosen = detect_layout(objects, config)
@@ -263,15 +264,26 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
              len(plan.blocks), len(plan.sample_block), chosen)
     return Manifest(url=source.url, layout=chosen, blocks=plan.blocks, sample_block=plan.sample_block,
                     sample_index=plan.sample_index, labels=plan.labels, classes=plan.classes, extra=plan.extra,
-                    skipped=plan.skipped, created_at=time.time())
+                    skipped={**objects.unreadable, **plan.skipped}, created_at=time.time())
+
+
+def manifest_identity(source: ColdSource, config: ManifestConfig, layout: str | None) -> str:
+    """What a cached manifest must have been built from to be reused, as one canonical JSON text.
+
+    Every :class:`~tierload.config.ManifestConfig` field but ``cache_dir`` (layout, extensions,
+    exclude, block and pack settings, label column, and any field added later), the layout
+    override, the source's canonical URL (:func:`tierload.stores.cold.canonical_url`: ``s3a://``
+    and doubled or trailing slashes name the same dataset) and its endpoint.
+    """
+    settings = config.model_dump(mode="json", exclude={"cache_dir"})
+    settings["layout"] = layout or config.layout
+    return json.dumps({"url": source.url, "endpoint": source.location.endpoint_url, "settings": settings},
+                      sort_keys=True)
 
 
 def cache_path(source: ColdSource, config: ManifestConfig, layout: str | None) -> Path:
-    """Where the cached manifest of this (URL, layout, endpoint, block and pack sizes) lives."""
-    endpoint = str(source.storage_options.get("client_kwargs", {}).get("endpoint_url", ""))
-    ident = xxhash.xxh3_64_hexdigest(
-        f"{source.url}\x00{layout or config.layout}\x00{endpoint}\x00{config.block_bytes}\x00"
-        f"{config.pack_threshold_bytes}\x00{config.pack_target_bytes}\x00{config.pack_order}".encode())
+    """Where the cached manifest of this :func:`manifest_identity` lives."""
+    ident = xxhash.xxh3_64_hexdigest(manifest_identity(source, config, layout).encode())
     return Path(os.path.expanduser(config.cache_dir)) / f"{ident}.arrow"
 
 

@@ -13,6 +13,7 @@ import asyncio
 import importlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,12 +35,13 @@ from tierload.errors import (
     TierloadError,
     TransientBackendError,
 )
-from tierload.stores.cold_async import RangeRequest, S3RangeReader
+from tierload.stores import aws_chain
+from tierload.stores.cold_async import RangeRequest, S3RangeReader, check_length
 from tierload.stores.listing import ObjectInfo, ObjectListing, list_fsspec, list_local, list_s3
 from tierload.stores.retry import HEALTH, RetryBudget, classify
 
-__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "ObjectListing", "RangeRequest", "s3_storage_options",
-           "translate_error"]
+__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "ObjectListing", "RangeRequest", "canonical_url",
+           "s3_storage_options", "translate_error"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,9 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     if code == "NoSuchBucket" or "bucket does not exist" in text.lower():
         return BucketNotFoundError("the bucket does not exist; check the URL and the endpoint", tier="cold",
                                    url=url)
+    if code == "InvalidRange":  # 416: the range starts at or past the object's end
+        return SourceChangedError("the byte range starts past the end of the object: it is shorter than the "
+                                  "manifest says; refresh the manifest", tier="cold", url=url)
     if code == "PreconditionFailed":
         return SourceChangedError("the object changed since the manifest was built (ETag differs); "
                                   "refresh the manifest", tier="cold", url=url)
@@ -96,6 +101,40 @@ def _chain(exc: BaseException | None):
         seen.add(id(exc))
         yield exc
         exc = exc.__cause__ or exc.__context__
+
+
+_DUPLICATE_SLASHES = re.compile(r"/{2,}")
+
+
+def canonical_url(url: str) -> str:
+    """One spelling per prefix or object, so one object is one manifest and one cache entry.
+
+    ``s3a://`` (Hadoop's name for the same S3 objects) becomes ``s3://``; in the path of an
+    ``s3``, ``file`` or scheme-less URL, runs of ``/`` become one and a trailing ``/`` goes:
+    ``s3://b/p``, ``s3://b/p/``, ``s3://b//p`` and ``s3a://b/p`` are all ``s3://b/p``. S3 itself
+    would treat ``b//p`` as the key prefix ``/p``; a doubled slash in a prefix is a joining
+    mistake far more often than a key that starts with ``/``, so it is read as the user meant.
+    Keys found by the listing are never rewritten. Other URLs (``http``, ``gs`` ...) only lose
+    a trailing ``/``.
+
+    Args:
+        url: A prefix or object URL as the user gave it.
+
+    Returns:
+        The canonical URL.
+    """
+    scheme, separator, path = url.partition("://")
+    if not separator:
+        scheme, path = "", url
+    if scheme not in ("", "s3", "s3a", "file", "local"):
+        return url.rstrip("/")
+    if scheme == "s3a":
+        scheme = "s3"
+    path = _DUPLICATE_SLASHES.sub("/", path)
+    path = path.rstrip("/") if path.strip("/") else path[:1]
+    if scheme == "s3":
+        path = path.lstrip("/")
+    return f"{scheme}://{path}" if scheme else path
 
 
 def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[str, Any]:
@@ -141,19 +180,28 @@ class ColdLocation:
     they never appear in its ``repr`` (so neither in logs, errors nor status).
 
     Attributes:
-        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits`` (no trailing ``/``).
+        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits`` (:func:`canonical_url` when
+            resolved).
         storage_options: Resolved fsspec/s3fs options.
     """
 
     url: str
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
+    credential_chain: tuple[tuple[str, str], ...] = field(default=(), repr=False, hash=False)
 
     @classmethod
     def resolve(cls, url: str, config: ColdConfig, environ: dict | None = None) -> "ColdLocation":
-        """The location of ``url`` with options from ``config`` (for S3: see :func:`s3_storage_options`)."""
-        url = url.rstrip("/")
+        """The location of ``url`` with options from ``config`` (for S3: see :func:`s3_storage_options`).
+
+        For S3 the credential chain's settings in ``environ`` (default ``os.environ``) are
+        captured too (:func:`tierload.stores.aws_chain.capture`), so every process that reads
+        finds the credentials this one would.
+        """
+        url = canonical_url(url)
         if fsspec.utils.get_protocol(url) in ("s3", "s3a"):
-            return cls(url, s3_storage_options(config, environ))
+            options = s3_storage_options(config, environ)
+            chain = () if options.get("anon") else aws_chain.capture(options, environ)
+            return cls(url, options, chain)
         return cls(url, dict(config.storage_options))
 
     @property
@@ -246,8 +294,12 @@ class ColdSource:
         with self._credentials_lock:  # one client per process, however many threads ask at once
             if self._fs is None or self._pid != os.getpid():
                 cls = fsspec.get_filesystem_class(self.protocol)
+                options = {**self.storage_options, **self._provided_credentials()}
+                if self.location.credential_chain or options.get("profile"):
+                    options["session"] = aws_chain.session_for(self.location.credential_chain,
+                                                               options.pop("profile", None))
                 # skip_instance_cache: a cached instance may hold another process's session or loop.
-                fs = cls(skip_instance_cache=True, **{**self.storage_options, **self._provided_credentials()})
+                fs = cls(skip_instance_cache=True, **options)
                 if self.protocol in ("s3", "s3a"):
                     fs.retries = 1  # one try: tierload.stores.retry is the only retry layer
                 self._pid = os.getpid()
@@ -452,4 +504,5 @@ class ColdSource:
         except Exception as exc:  # noqa: BLE001
             raise translate_error(exc, url) from exc
         self._count(tally, data)
+        check_length(url, offset, offset + length, data, current.size)  # a file read stops at its end, silently
         return data

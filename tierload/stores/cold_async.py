@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tierload.errors import CredentialsExpiredError, TransientBackendError
+from tierload.errors import CredentialsExpiredError, SourceChangedError, TransientBackendError
 from tierload.stores import s3_lean
 from tierload.stores.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
 
@@ -52,7 +52,7 @@ def _in_flight_limit(size: int) -> AdaptiveLimit:
 def split_range(offset: int, length: int, step: int) -> list[tuple[int, int]]:
     """``[start, end)`` parts of ``length`` bytes at ``offset``, none longer than ``step``.
 
-    A zero-byte range is one part ``(offset, offset)``: one GET without a Range header.
+    A zero-byte range is one part ``(offset, offset)`` (read as one GET of at most one byte).
     """
     parts = [(start, min(start + step, offset + length)) for start in range(offset, offset + length, step)]
     return parts or [(offset, offset)]
@@ -85,6 +85,28 @@ def _causes(exc: BaseException | None):
         seen.add(id(exc))
         yield exc
         exc = exc.__cause__ or exc.__context__
+
+
+def check_length(url: str, start: int, end: int, data: bytes, size: int | None) -> None:
+    """Raise unless ``data`` is all of ``[start, end)``.
+
+    Args:
+        url: The object's URL (for the error).
+        start, end: The range asked for, in bytes.
+        data: What came back.
+        size: The object's size in bytes as the answer gave it (``None``: unknown).
+
+    Raises:
+        SourceChangedError: The object ends before ``end`` (not retried: the manifest's range
+            no longer fits the object, or never did).
+        TransientBackendError: The body came back short for another reason (retried).
+    """
+    if len(data) == end - start:
+        return
+    if size is not None and start + len(data) == size < end:
+        raise SourceChangedError(f"bytes [{start}, {end}) reach past the end of the object ({size} bytes): it is "
+                                 "shorter than the manifest says; refresh the manifest", tier="cold", url=url)
+    raise TransientBackendError(f"short read: {len(data)} of {end - start} bytes", tier="cold", url=url)
 
 
 class _FailedRequest(Exception):
@@ -169,9 +191,11 @@ class S3RangeReader:
         outcome: Failure | None = Failure.FINAL
         tally["cold_gets"] = tally.get("cold_gets", 0) + 1
         try:
-            data = await self._get_object(bucket, key, version, start, end)
-            if len(data) != end - start:
-                raise TransientBackendError(f"short read: {len(data)} of {end - start} bytes", tier="cold", url=url)
+            if end == start:
+                data = await self._get_nothing(url, bucket, key, version, start)
+            else:
+                data, size = await self._get_object(bucket, key, version, start, end)
+                check_length(url, start, end, data, size)
             outcome = None
         except Exception as exc:  # noqa: BLE001 - translated and classified in one place, then retried or raised
             error = translate_error(exc, url)
@@ -185,7 +209,25 @@ class S3RangeReader:
         tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
         return data
 
-    async def _get_object(self, bucket: str, key: str, version: str, start: int, end: int) -> bytes:
+    async def _get_nothing(self, url: str, bucket: str, key: str, version: str, offset: int) -> bytes:
+        """Zero bytes at ``offset``: one GET of at most one byte, so S3 still checks the version.
+
+        Without a ``Range`` the GET would fetch the whole object. An object that ends at or
+        before ``offset`` answers 416 ``InvalidRange`` (an empty object always does): zero bytes
+        there are still ``b""``. ``If-Match`` is evaluated before the range (RFC 9110, 13.2.2), so
+        a changed object is still :class:`~tierload.errors.SourceChangedError`.
+        """
+        from tierload.stores.cold import error_code  # deferred: cold.py imports this module
+
+        try:
+            await self._get_object(bucket, key, version, offset, offset + 1)
+        except Exception as exc:
+            if error_code(exc) != "InvalidRange":
+                raise
+        return b""
+
+    async def _get_object(self, bucket: str, key: str, version: str, start: int,
+                          end: int) -> tuple[bytes, int | None]:
         if_match = version if version.startswith('"') else None
         fs, config = self._source.fs, self._source.config
         route = await self._route(fs, bucket) if config.lean_gets else None
@@ -207,7 +249,7 @@ class S3RangeReader:
         return cached[1]
 
     async def _get_object_aiobotocore(self, bucket: str, key: str, if_match: str | None, start: int,
-                                      end: int) -> bytes:
+                                      end: int) -> tuple[bytes, int | None]:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
         if if_match:
             kwargs["IfMatch"] = if_match
@@ -216,6 +258,7 @@ class S3RangeReader:
         response = await self._source.fs._call_s3("get_object", **kwargs)
         body = response["Body"]
         try:
-            return await asyncio.wait_for(body.read(), timeout=self._source.config.read_timeout_s)
+            data = await asyncio.wait_for(body.read(), timeout=self._source.config.read_timeout_s)
         finally:
             body.close()
+        return data, s3_lean.object_size(response.get("ContentRange")) if "ContentRange" in response else len(data)

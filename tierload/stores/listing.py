@@ -15,15 +15,18 @@ A prefix with a single folder gets no speed-up, and costs one extra request.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "list_local", "list_s3"]
 
@@ -80,6 +83,9 @@ class ObjectListing(Sequence[ObjectInfo]):
     urls: pa.Array
     sizes: np.ndarray
     versions: pa.Array
+    # {printable URL: reason} of objects found but not listed (a local file name that is not
+    # UTF-8); the manifest records them in its ``skipped``.
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, objects: Iterable[ObjectInfo]) -> "ObjectListing":
@@ -237,17 +243,46 @@ def list_local(root: str, protocol: str = "file", exclude: Sequence[str] = ()) -
         return ObjectListing.from_pages([_Page([url_base + root], [status.st_size],
                                                [f"{status.st_mtime}-{status.st_size}"])], exclude)
     pending = [root] if os.path.isdir(root) else []
+    unreadable: dict[str, str] = {}
     while pending:
         with os.scandir(pending.pop()) as entries:
             for entry in entries:
                 if entry.is_dir():
                     pending.append(entry.path)
-                elif entry.is_file():
+                elif not entry.is_file():
+                    continue
+                elif not _is_utf8(entry.path):
+                    unreadable[url_base + _printable(entry.path)] = NOT_UTF8
+                else:
                     status = entry.stat()
                     urls.append(url_base + entry.path)
                     sizes.append(status.st_size)
                     versions.append(f"{status.st_mtime}-{status.st_size}")
-    return ObjectListing.from_pages([_Page(urls, sizes, versions)], exclude)
+    listing = ObjectListing.from_pages([_Page(urls, sizes, versions)], exclude)
+    if unreadable:
+        log.warning("%d files under %s have names that are not UTF-8 and were skipped (see manifest.skipped), "
+                    "e.g. %s; rename them to read them", len(unreadable), root, next(iter(unreadable)))
+        listing = replace(listing, unreadable=unreadable)
+    return listing
+
+
+# A URL, a tier key and the manifest's Arrow columns are text: a name that is not UTF-8 cannot
+# be any of them, and a guessed decoding (Latin-1?) would name another file on the next listing.
+NOT_UTF8 = "file name is not valid UTF-8; rename it (e.g. with convmv) to read it"
+
+
+def _is_utf8(path: str) -> bool:
+    """Whether ``path`` (as ``os.scandir`` gives it: bad bytes as lone surrogates) is valid UTF-8."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(path: str) -> str:
+    """``path`` with its bytes that are not UTF-8 written as ``\\xNN`` (valid text, for logs and the manifest)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def list_fsspec(fs: Any, root: str, protocol: str, version_of: Any, exclude: Sequence[str] = ()) -> ObjectListing:

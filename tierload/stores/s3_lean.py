@@ -237,9 +237,20 @@ def _close_sessions() -> None:
                 pass
 
 
+def object_size(content_range: str | None) -> int | None:
+    """The object's size in bytes from a ``Content-Range: bytes a-b/size`` value (``None``: not given)."""
+    total = (content_range or "").rpartition("/")[2]
+    return int(total) if total.isdigit() else None
+
+
 async def get(route: S3Route, session: aiohttp.ClientSession, key: str, start: int, end: int,
-              if_match: str | None) -> bytes:
+              if_match: str | None) -> tuple[bytes, int | None]:
     """Bytes ``[start, end)`` of ``key`` (the whole object when ``end == start``).
+
+    Returns:
+        The body, and the object's size in bytes as the answer gives it (``Content-Range`` of a
+        range answer; ``None`` when it gives none), so a short body at the object's end can be
+        told from a broken one.
 
     Raises:
         S3ErrorResponse: S3 answered with an error (its code, for ``translate_error``).
@@ -258,8 +269,10 @@ async def get(route: S3Route, session: aiohttp.ClientSession, key: str, start: i
         async with session.get(URL(url, encoded=True), headers=headers, allow_redirects=False,
                                timeout=route.timeout) as response:
             body = await response.read()
-            if response.status in (200, 206):
-                return body
+            if response.status == 206:
+                return body, object_size(response.headers.get("Content-Range"))
+            if response.status == 200:
+                return body, len(body)
             _raise_error(response.status, response.headers, body)
     except (aiohttp.ClientConnectorError, S3ErrorResponse, WrongRegionError):
         raise
