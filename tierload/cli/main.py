@@ -54,6 +54,10 @@ from tierload.cli.service import serve, status, stop  # noqa: E402
 for _command in (serve, status, stop):
     cli.add_command(_command)
 
+from tierload.cli.warm import warm  # noqa: E402
+
+cli.add_command(warm)
+
 
 if __name__ == "__main__":
     cli()
