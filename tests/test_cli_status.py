@@ -108,3 +108,23 @@ def test_status_during_a_job_shows_its_stream_and_watch_refreshes(bucket, tier_c
     finally:
         watch.terminate()
         watch.wait(30)
+
+
+def test_status_ignores_the_endpoint_of_a_cache_that_ended_without_withdrawing_it(tmp_path):
+    """A job's own Ray kills its cache at exit: the endpoint file stays, nothing listens on its socket."""
+    import socket
+
+    from tierload.cache.endpoint import publish_endpoint
+    from tierload.cache.messages import Endpoint
+
+    hot = tmp_path / "hot"
+    hot.mkdir()
+    address = str(tmp_path / "gone.sock")
+    bound = socket.socket(socket.AF_UNIX)
+    bound.bind(address)  # the path exists, but nothing accepts on it
+    try:
+        publish_endpoint(hot, Endpoint(address, b"k" * 32, "node-gone", (str(hot),), os.getpid()))
+        result = run_cli("status", "--config", _config_file(tmp_path, {"hot": {"dir": str(hot)}}), cwd=tmp_path)
+        assert result.returncode == 3 and "no tierload service" in result.stderr, result.stderr
+    finally:
+        bound.close()

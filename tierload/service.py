@@ -130,6 +130,8 @@ def local_status(config: TierloadConfig) -> dict[str, Any]:
     for endpoint in local_endpoints(config):
         answer = ask(endpoint)
         name = f"cache pid {endpoint.pid} ({endpoint.hot_dirs[-1]})"
+        if answer is None:
+            continue
         if "error" in answer:
             nodes.append({"actor": name, "error": answer["error"]})
             continue

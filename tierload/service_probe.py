@@ -88,15 +88,24 @@ def local_endpoints(config: TierloadConfig) -> list[Endpoint]:
     return found
 
 
-def local_status(endpoint: Endpoint) -> dict[str, Any]:
+def local_status(endpoint: Endpoint) -> dict[str, Any] | None:
     """What a node cache reports through its local channel (:meth:`NodeCache.status`).
 
     Returns:
-        ``{"node": NodeCache.stats(), "coordinator": Coordinator.stats() or None}``, or
-        ``{"error": text}`` when the cache does not answer.
+        ``{"node": NodeCache.stats(), "coordinator": Coordinator.stats() or None}``;
+        ``{"error": text}`` when the cache accepted the connection but failed to answer; None
+        when nothing listens (a cache that ended without withdrawing its endpoint, e.g. with
+        the job whose own Ray it ran on).
     """
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
     from tierload.cache.channel import ChannelClient
 
+    try:
+        Client(endpoint.address, family="AF_UNIX", authkey=endpoint.authkey).close()
+    except (OSError, EOFError, AuthenticationError):
+        return None  # a stale endpoint: its process is gone (or its pid was reused)
     client = ChannelClient(endpoint.address, endpoint.authkey)
     try:
         return dict(client.call("status"))
