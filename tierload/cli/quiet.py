@@ -2,8 +2,8 @@
 
 Ray announces itself (its token-authentication notice, "Started a local Ray instance") and
 libraries warn about their own deprecations; none of that is the user's business when a command
-works, so outside debug mode only errors of those loggers and warnings raised by tierload's own
-modules reach the terminal.
+works, so outside debug mode only errors of those loggers and the warnings tierload's own modules
+address to users (``UserWarning``) reach the terminal.
 """
 
 from __future__ import annotations
@@ -34,4 +34,4 @@ def configure_output(debug: bool) -> None:
         warnings.simplefilter("default")
         return
     warnings.simplefilter("ignore")
-    warnings.filterwarnings("default", module=r"tierload(\.|$)")
+    warnings.filterwarnings("default", category=UserWarning, module=r"tierload(\.|$)")
