@@ -128,3 +128,9 @@ def test_status_ignores_the_endpoint_of_a_cache_that_ended_without_withdrawing_i
         assert result.returncode == 3 and "no tierload service" in result.stderr, result.stderr
     finally:
         bound.close()
+
+
+def test_stop_without_a_cluster_says_there_is_nothing_to_stop(tmp_path):
+    path = _config_file(tmp_path, {"hot": {"dir": str(tmp_path / "hot")}})
+    result = run_cli("stop", "--config", path, cwd=tmp_path, env={"RAY_ADDRESS": ""})
+    assert result.returncode == 0 and "nothing to stop" in result.stdout, result.stderr

@@ -86,3 +86,19 @@ def test_a_job_after_warm_reads_nothing_from_cold_in_its_first_epoch(dataset, ma
     assert sum(1 for _ in job) == OBJECTS
     stats = job.epoch_stats(0)
     assert stats["cold_gets"] == 0 and stats["warm_hits"] == OBJECTS
+
+
+def test_warm_goes_through_a_running_service_and_refuses_an_unreachable_owner(dataset, make_dataset, tmp_path):
+    import ray
+    from test_cli_output import run_cli
+
+    url, make = dataset
+    config, path = make()
+    job = make_dataset(url, config, layout="files", batch_size=4)  # its node cache and coordinator run now
+    refused = run_cli("warm", url, "--config", path, cwd=tmp_path, env={"RAY_ADDRESS": ""})
+    assert refused.returncode == 5 and "owns the warm tier" in refused.stderr, refused.stderr
+    result = prestage(url, config, address=ray.get_runtime_context().gcs_address)
+    assert result.where.startswith("the service at") and result.staged_blocks == OBJECTS
+    job.set_epoch(0)
+    assert sum(1 for _ in job) == OBJECTS
+    assert job.epoch_stats(0)["cold_gets"] == 0
