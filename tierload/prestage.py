@@ -25,7 +25,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -60,6 +60,8 @@ class PrestageResult:
         warm_used_bytes, warm_capacity_bytes: The warm tier afterwards.
         interrupted: The run was stopped before the end (run again to resume).
         elapsed_s: Wall-clock seconds.
+        policy: The warm tier's eviction policy (it decided what was admitted).
+        where: Which coordinator admitted the blocks (the service's, or one in this process).
     """
 
     planned_blocks: int = 0
@@ -79,7 +81,7 @@ class PrestageResult:
     interrupted: bool = False
     elapsed_s: float = 0.0
     policy: str = ""
-    where: str = field(default="")
+    where: str = ""
 
     @property
     def done_bytes(self) -> int:
