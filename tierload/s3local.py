@@ -40,6 +40,8 @@ def stop_child(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()
         proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()  # the pipe the child announced its port on (else a ResourceWarning)
 
 
 class LocalS3:

@@ -105,7 +105,9 @@ class NodeAccounting:
 
     @staticmethod
     def stream_row(stream: Stream) -> dict:
-        """A stream's progress and counters, as :meth:`NodeCache.stream_stats` lists them."""
+        """A stream's progress and counters, as :meth:`NodeCache.stream_stats` lists them
+        (``lead_blocks``, ``lead_positions``: how far prefetching is ahead of the consumers)."""
+        lead_blocks, lead_positions = stream.lead()
         return {"stream_id": stream.stream_id, "dataset_id": stream.dataset_id, "epoch": stream.epoch,
                 "cursor": stream.cursor, "consume_len": stream.consume_len, "finished": stream.finished,
-                **dict(stream.stats)}
+                "lead_blocks": lead_blocks, "lead_positions": lead_positions, **dict(stream.stats)}

@@ -17,14 +17,16 @@ both versions instead of a ``KeyError`` deep inside a thread.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
 from tierload.blocks import Block
 from tierload.errors import MessageError
 from tierload.packs import PackMembers
-from tierload.stores.cold import ColdLocation
+
+if TYPE_CHECKING:  # an annotation only: the S3 stack (aiohttp) stays unimported for who reads an endpoint
+    from tierload.stores.cold import ColdLocation
 
 M = TypeVar("M", bound="Message")
 

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 # What consumers on this node may call over the local channel (nothing else is served there).
 CHANNEL_METHODS = frozenset({"ready", "endpoint", "has_dataset", "register_dataset", "open_stream", "progress",
                              "close_consumer", "acquire", "invalidate", "record_trace", "sync_now", "stats",
-                             "stream_stats"})
+                             "stream_stats", "status"})
 # What tierload's own actors and the CLI may call through Ray: the channel's methods, serving peers,
 # and running the deployment.
 ACTOR_METHODS = CHANNEL_METHODS | {"read_block", "set_policy", "close"}
@@ -320,6 +320,17 @@ class NodeCache:
         if self._sync is not None:
             result["sync"] = dict(self._sync.stats)
         return result
+
+    def status(self) -> dict[str, Any]:
+        """What ``tierload status`` shows of this node: ``{"node": stats(), "coordinator": the
+        coordinator's stats (the warm tier), or None when there is none or it does not answer}``."""
+        coordinator = None
+        if self._coordinator_call is not None:
+            try:
+                coordinator = self._coordinator_call("stats")
+            except Exception:  # noqa: BLE001 - the node's own figures are still worth showing
+                log.debug("the coordinator did not answer a stats call", exc_info=True)
+        return {"node": self.stats(), "coordinator": coordinator}
 
     def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
         """Stats of open and recently closed streams, optionally of one dataset."""

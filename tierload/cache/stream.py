@@ -68,6 +68,15 @@ class Stream:
     def finished(self) -> bool:
         return len(self.done) >= self.num_consumers
 
+    def lead(self) -> tuple[int, int]:
+        """How far prefetching is ahead of the slowest consumer: ``(runs, positions)`` scheduled
+        beyond the cursor (0 when the consumers caught up or the epoch is done)."""
+        cursor = self.cursor
+        if cursor >= self.consume_len:
+            return 0, 0
+        frontier = int(self.run_start[self.next_run]) if self.next_run < self.num_runs else len(self.pos_run)
+        return max(0, self.next_run - self.run_of(cursor)), max(0, min(frontier, self.consume_len) - cursor)
+
     def counted(self, run: int) -> bool:
         """Whether ``run`` is a real access of this epoch (not look-ahead into the next)."""
         return run < self.consume_runs

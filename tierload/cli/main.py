@@ -1,25 +1,40 @@
 """The ``tierload`` command line: a thin layer over the public API.
 
-Each command maps :class:`tierload.errors.TierloadError` subclasses to an exit code and a
-one-line message (``--debug`` shows the traceback): see :mod:`tierload.cli.errors`.
+Every command ends a :class:`tierload.errors.TierloadError` with one line on stderr and a typed
+exit code, and any other error with one line too (the traceback with ``--debug`` or
+``TIERLOAD_DEBUG=1``): see :mod:`tierload.cli.errors`. Other libraries' notices are held back
+(:mod:`tierload.cli.quiet`).
 """
 
 from __future__ import annotations
 
-import logging
-
 import click
 
+from tierload.cli.errors import debug_enabled, fail
+from tierload.cli.quiet import configure_output
 
-@click.group()
-@click.option("--debug", is_flag=True, help="Verbose logs and full tracebacks.")
+
+class TierloadGroup(click.Group):
+    """The command group; an error no command handled still ends as one line and an exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the CLI's last word on any error: one line, a code
+            if debug_enabled():
+                raise
+            fail(exc)
+
+
+@click.group(cls=TierloadGroup, epilog="Exit codes: 0 done, 1 other error, 2 bad configuration or usage, "
+             "3 dataset cannot be described (status: no service running), 4 storage failed, 5 service failed.")
+@click.option("--debug", is_flag=True, help="Verbose logs and full tracebacks (also TIERLOAD_DEBUG=1).")
 @click.version_option(package_name="tierload")
 def cli(debug: bool) -> None:
     """tierload: feed training from S3 through warm and hot tiers managed by Ray actors."""
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("botocore", "aiobotocore", "s3fs", "urllib3", "fsspec", "asyncio", "werkzeug"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_output(debug or debug_enabled())
 
 
 from tierload.cli.demo import demo  # noqa: E402 - commands register on the group above
@@ -38,6 +53,10 @@ from tierload.cli.service import serve, status, stop  # noqa: E402
 
 for _command in (serve, status, stop):
     cli.add_command(_command)
+
+from tierload.cli.warm import warm  # noqa: E402
+
+cli.add_command(warm)
 
 
 if __name__ == "__main__":

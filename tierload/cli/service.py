@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
 
 import click
 
-from tierload.cli.errors import handle_errors
-from tierload.units import format_bytes
+from tierload.cli.errors import NOT_RUNNING_EXIT_CODE, handle_errors
+from tierload.errors import ServiceError
 
 _address = click.option("--address", default=None, help="Ray address (e.g. auto); default: ray.address / RAY_ADDRESS.")
 _config = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                        help="YAML config; jobs must use the same tier settings to find these actors.")
+
+NO_SERVICE = "no tierload service for this configuration; run a job or `tierload serve`"
+NO_CLUSTER_HINT = ("start a Ray head that outlives this command (`ray start --head --node-ip-address 127.0.0.1`), "
+                   "then `tierload serve --address auto`, and run jobs with ray.address: auto; `ray stop` ends it. "
+                   "Without a cluster, each job starts its own node caches")
+# ANSI: cursor home, then clear to the end of the screen: the next frame overwrites the last in place.
+REDRAW = "\x1b[H\x1b[J"
 
 
 def _load(config_path, address):
@@ -20,17 +29,38 @@ def _load(config_path, address):
     return load_config(config_path, overrides={"ray": {"address": address}} if address else None)
 
 
+def _cluster_or_refuse(config) -> str:
+    """The configured Ray cluster's address, or ServiceError when there is none that answers."""
+    from tierload.service_probe import ray_address, ray_cluster_answers
+
+    cluster = ray_address(config)
+    if cluster is None:
+        raise ServiceError(f"no Ray cluster to serve on: the actors would end with this command; {NO_CLUSTER_HINT}")
+    if not ray_cluster_answers(cluster):
+        raise ServiceError(f"no Ray cluster answers at {cluster!r}; {NO_CLUSTER_HINT}")
+    return cluster
+
+
 @click.command()
 @_address
 @_config
 def serve(address, config_path) -> None:
-    """Start the coordinator and a cache actor on every node (idempotent)."""
+    """Start the coordinator and a cache actor on every node of a running Ray cluster (idempotent).
+
+    Without a cluster (no --address, ray.address or RAY_ADDRESS) it refuses and says how to
+    start one: actors on a Ray that this command started would end with it.
+    """
     from tierload.service import serve as start_service
 
-    result = handle_errors(lambda: start_service(_load(config_path, address)))()
+    def run():
+        config = _load(config_path, address)
+        _cluster_or_refuse(config)
+        return start_service(config)
+
+    result = handle_errors(run)()
     click.echo(f"tierload serves {len(result['nodes'])} node(s); "
                + (f"started {len(result['started'])} actor(s)" if result["started"] else "nothing to start: "
-                  "already running"))
+                  "already running") + "; `tierload status` shows them, `tierload stop` ends them")
 
 
 @click.command()
@@ -39,41 +69,50 @@ def serve(address, config_path) -> None:
 def stop(address, config_path) -> None:
     """Stop the service's actors (hot and warm tier files stay on disk)."""
     from tierload.service import stop as stop_service
+    from tierload.service_probe import ray_address, ray_cluster_answers
 
-    stopped = handle_errors(lambda: stop_service(_load(config_path, address)))()
+    config = handle_errors(_load)(config_path, address)
+    cluster = ray_address(config)
+    if cluster is None or not ray_cluster_answers(cluster):
+        click.echo("no tierload service on a Ray cluster for this configuration: nothing to stop (a job's own "
+                   "node caches end with the job)")
+        return
+    stopped = handle_errors(stop_service)(config)
     click.echo(f"stopped {stopped} actor(s)")
 
 
-def _render(report: dict) -> str:
-    lines = [f"{'node':<14}{'tier':<10}{'used / capacity':>26}{'blocks':>8}  {'hit hot/peer/warm/cold':<24}"
-             f"{'peer hits':>10}{'cold bytes':>12}{'GETs':>8}{'in flight':>10}"]
-    for node in report["nodes"]:
-        if "error" in node:
-            lines.append(f"{node['actor']}: unreachable ({node['error']})")
-            continue
-        ratio = node["hit_ratio"]
-        ratios = "/".join(f"{ratio[t] * 100:.0f}%" for t in ("hot", "peer", "warm", "cold"))
-        for i, level in enumerate(node["levels"]):
-            used = f"{format_bytes(level['used_bytes'])} / {format_bytes(level['capacity_bytes'])}"
-            head = node["node_id"][:12] if i == 0 else ""
-            tail = (f"{ratios:<24}{node['peer_hits']:>10}{format_bytes(node['cold_bytes']):>12}"
-                    f"{node['cold_gets']:>8}{node['inflight_prefetches']:>10}") if i == 0 else ""
-            lines.append(f"{head:<14}{level['tier']:<10}{used:>26}{level['blocks']:>8}  {tail}")
-    coordinator = report.get("coordinator")
-    if coordinator and coordinator.get("warm"):
-        warm = coordinator["warm"]
-        used = f"{format_bytes(warm['used_bytes'])} / {format_bytes(warm['capacity_bytes'])}"
-        lines.append(f"{'(shared)':<14}{'warm':<10}{used:>26}{warm['blocks']:>8}")
-    return "\n".join(lines)
+def _watch(find, interval_s: float, as_json: bool) -> None:
+    from tierload.cli.status_view import render
+
+    while True:
+        report = find()
+        frame = NO_SERVICE if report is None else (json.dumps(report, default=str) if as_json else render(report))
+        click.echo(REDRAW + frame if sys.stdout.isatty() else frame)
+        time.sleep(interval_s)
 
 
 @click.command()
 @_address
 @_config
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(address, config_path, as_json) -> None:
-    """Per node and tier: usage, hit ratios, peer hits, cold traffic, in-flight prefetches."""
-    from tierload.service import status as service_status
+@click.option("--watch", is_flag=True, help="Refresh in place every --interval seconds (Ctrl-C ends).")
+@click.option("--interval", "interval_s", default=2.0, show_default=True, type=click.FloatRange(0.1),
+              help="Seconds between refreshes with --watch.")
+def status(address, config_path, as_json, watch, interval_s) -> None:
+    """Per node: hot levels' used/capacity, hit ratios, S3/warm/peer traffic, open streams and their
+    prefetch lead; the shared warm tier. Exits 3 when no service runs (decided without starting Ray)."""
+    from tierload.cli.status_view import render
+    from tierload.service import find_status
 
-    report = handle_errors(lambda: service_status(_load(config_path, address)))()
-    click.echo(json.dumps(report, indent=2, default=str) if as_json else _render(report))
+    config = handle_errors(_load)(config_path, address)
+    find = handle_errors(lambda: find_status(config, address))
+    if watch:
+        try:
+            _watch(find, interval_s, as_json)
+        except KeyboardInterrupt:
+            return
+    report = find()
+    if report is None:
+        click.echo(NO_SERVICE, err=True)
+        sys.exit(NOT_RUNNING_EXIT_CODE)
+    click.echo(json.dumps(report, indent=2, default=str) if as_json else render(report))

@@ -383,7 +383,9 @@ class ColdSource:
                 delay = budget.after_failure(failure)
                 if delay is None:
                     raise budget.final_error(error, failure) from exc
-                log.warning("cold tier request for %s failed (%s); retrying in %.2fs", url, error, delay)
+                # As for reads (cold_async): a warning only once the request outlasts max_attempts.
+                level = logging.WARNING if budget.attempts == self.config.max_attempts else logging.INFO
+                log.log(level, "cold tier request for %s failed (%s); retrying in %.2fs", url, error, delay)
                 time.sleep(delay)
                 continue
             if self.protocol in ("s3", "s3a"):

@@ -171,8 +171,9 @@ class S3RangeReader:
                 delay = budget.after_failure(failure)
                 if delay is None:
                     raise budget.final_error(error, failure) from failed.cause
-                # Once per read and once when it outlasts max_attempts: an outage is not a log flood.
-                level = logging.WARNING if budget.attempts in (1, config.max_attempts) else logging.DEBUG
+                # A retry that succeeds is no one's business (INFO, once per read); a read that outlasts
+                # max_attempts is riding out an outage: one warning per read, not one per try.
+                level = {1: logging.INFO, config.max_attempts: logging.WARNING}.get(budget.attempts, logging.DEBUG)
                 log.log(level, "cold read of %s failed (%s); request %d (cold.max_attempts %d, outage budget %gs) "
                         "in %.2fs", url, error, budget.attempts + 1, config.max_attempts, config.outage_budget_s,
                         delay)
