@@ -30,6 +30,7 @@ from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUTS, layout_spec
 from tierload.packs import PackIndex, PackMembers
 from tierload.stores.cold import ColdSource, ObjectListing
+from tierload.stores.listing import release_freed_memory
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2
@@ -292,6 +293,9 @@ def load_manifest(source: ColdSource, config: ManifestConfig, layout: str | None
         except (ValueError, KeyError, ManifestError) as exc:
             log.warning("cached manifest %s is unreadable (%s); listing again", path, exc)
     manifest = build_manifest(source, config, layout)
+    release_freed_memory()  # the listing and the plan's temporaries
     save_manifest(manifest, path)
+    del manifest
+    release_freed_memory()
     # The mapped file replaces the listing's arrays: its pages are shared and only read when used.
     return open_manifest(path)
