@@ -101,6 +101,8 @@ def _setup_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"workload startup: synthetic listing of {options['startup_keys']} keys of "
                      f"{options['startup_size']} B in {options['classes']} class folders; worker memory at "
                      f"{options['memory_keys']} keys")
+    if "page_cache" in data:
+        lines.append(f"page cache: {data['page_cache']}")
     if "link" in report:
         lines.append("emulated S3 (own buckets served by the proxy, moto for the rest): "
                      + report["link"]["description"])
