@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import numpy as np
@@ -85,3 +86,46 @@ def test_object_listing_is_a_sequence_of_object_infos():
     assert list(listing[1:4]) == objects[1:4]
     with pytest.raises(IndexError):
         listing[5]
+
+
+def test_pages_in_any_order_become_one_sorted_listing_and_are_released():
+    from tierload.stores.listing import _Page
+
+    pages = [_Page(["s3://b/c/2", "s3://b/c/", "s3://b/c/1"], [2, 0, 1], ['"2"', '"m"', '"1"']),  # unsorted, marker
+             _Page(["s3://b/a/x", "s3://b/a/_SUCCESS"], [9, 0], ['"x"', '"s"']),
+             _Page([], [], []),
+             _Page(["s3://b/b/é", "s3://b/b/z"], [3, 4], ['"e"', '"z"'])]
+    listing = ObjectListing.from_pages(pages, exclude=("_SUCCESS",))
+    assert_columns(listing)
+    assert pages == []  # consumed: the caller's list no longer holds the pages' columns
+    assert listing.urls.to_pylist() == ["s3://b/a/x", "s3://b/b/z", "s3://b/b/é", "s3://b/c/1", "s3://b/c/2"]
+    assert listing.sizes.tolist() == [9, 4, 3, 1, 2]
+    assert listing.versions.to_pylist() == ['"x"', '"z"', '"e"', '"1"', '"2"']
+    in_order = [_Page([f"s3://b/{i:02d}" for i in range(5 * p, 5 * p + 5)], [1] * 5, ["v"] * 5) for p in (1, 0)]
+    assert ObjectListing.from_pages(in_order).urls.to_pylist() == [f"s3://b/{i:02d}" for i in range(10)]
+    assert len(ObjectListing.from_pages([_Page(["s3://b/d/"], [0], ["m"])])) == 0
+
+
+def test_local_reads_check_the_listed_version_and_read_ranges(tmp_path):
+    from tierload.errors import SourceChangedError, SourceNotFoundError
+
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"0123456789")
+    (root / "empty.bin").write_bytes(b"")
+    source = ColdSource(f"file://{root}", load_config({}).cold)
+    a, empty = sorted(source.list_objects(), key=lambda info: info.url)
+    tally: dict = {}
+    assert source.read_ranges([(a.url, a.version, 0, 10), (a.url, a.version, 3, 4), (a.url, a.version, 8, 100),
+                               (empty.url, empty.version, 0, 0)], tally) == [b"0123456789", b"3456", b"89", b""]
+    assert tally == {"cold_gets": 4, "cold_bytes": 16}
+    # a pack's worth of members goes to several pool threads: every part in request order, every read counted
+    requests = [(a.url, a.version, i % 10, 1) for i in range(37)]
+    tally = {}
+    assert asyncio.run(source.read_ranges_async(requests, tally)) == [str(i % 10).encode() for i in range(37)]
+    assert tally == {"cold_gets": 37, "cold_bytes": 37}
+    os.utime(root / "a.bin", (1, 1))  # same size, another mtime: the listed version no longer holds
+    with pytest.raises(SourceChangedError):
+        source.read(a.url, a.version, 0, 10)
+    with pytest.raises(SourceNotFoundError):
+        source.read(f"file://{root}/gone.bin", "1.0-1", 0, 1)

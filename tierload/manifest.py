@@ -30,6 +30,7 @@ from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUTS, layout_spec
 from tierload.packs import PackIndex, PackMembers
 from tierload.stores.cold import ColdSource, ObjectListing
+from tierload.stores.listing import release_freed_memory
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2
@@ -142,6 +143,25 @@ def _one_row(values: pa.Array) -> pa.Array:
     return pa.LargeListArray.from_arrays(pa.array([0, len(values)], pa.int64()), values)
 
 
+def _joined(slices: list[pa.Array]) -> pa.Array:
+    """``slices`` as one large_string array; without a copy when they are consecutive slices of one array.
+
+    The planner cuts every pack's members out of one listing in order, so at a million keys this
+    saves writing the manifest with a second copy of every URL and version in memory.
+    """
+    strings = pa.large_string()
+    if not slices:
+        return pa.array([], strings)
+    first = slices[0]
+    shared = [b.address if b is not None else None for b in first.buffers()]
+    contiguous = first.type == strings and all(
+        s.type == strings and [b.address if b is not None else None for b in s.buffers()] == shared
+        and s.offset == before.offset + len(before) for before, s in zip(slices[:-1], slices[1:], strict=True))
+    if contiguous and first.null_count == 0:
+        return pa.Array.from_buffers(strings, sum(len(s) for s in slices), first.buffers(), offset=first.offset)
+    return pa.concat_arrays([s.cast(strings) for s in slices])
+
+
 def save_manifest(manifest: Manifest, path: Path) -> None:
     """Write ``manifest`` as an Arrow IPC file (one row; every column a list), atomically.
 
@@ -164,10 +184,8 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
         "block_length": pa.array([b.length for b in manifest.blocks], pa.int64()),
         "pack_block": pa.array(packs, pa.int64()),
         "pack_first": pa.array(pack_first, pa.int64()),
-        "member_url": pa.concat_arrays([m.urls.cast(strings) for m in members if m is not None] or
-                                       [pa.array([], strings)]),
-        "member_version": pa.concat_arrays([m.versions.cast(strings) for m in members if m is not None] or
-                                           [pa.array([], strings)]),
+        "member_url": _joined([m.urls for m in members if m is not None]),
+        "member_version": _joined([m.versions for m in members if m is not None]),
         "member_size": pa.array(np.concatenate([m.sizes for m in members if m is not None] or
                                                [np.zeros(0, np.int64)]), pa.int64()),
     }
@@ -304,6 +322,9 @@ def load_manifest(source: ColdSource, config: ManifestConfig, layout: str | None
         except (ValueError, KeyError, ManifestError) as exc:
             log.warning("cached manifest %s is unreadable (%s); listing again", path, exc)
     manifest = build_manifest(source, config, layout)
+    release_freed_memory()  # the listing and the plan's temporaries
     save_manifest(manifest, path)
+    del manifest
+    release_freed_memory()
     # The mapped file replaces the listing's arrays: its pages are shared and only read when used.
     return open_manifest(path)

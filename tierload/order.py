@@ -55,14 +55,29 @@ def epoch_order(sample_block: np.ndarray, *, seed: int, epoch: int, shuffle: str
     if window_blocks < 1:
         raise ValueError(f"window_blocks={window_blocks}; it must be >= 1")
     rng = _rng(seed, epoch)
-    by_block = np.argsort(sample_block, kind="stable")
-    bounds = np.searchsorted(sample_block[by_block], np.arange(int(sample_block.max()) + 2))
+    # A manifest's samples are usually grouped by block already (one sample per object, packs
+    # of neighbours): then block b's samples are bounds[b]:bounds[b + 1] and need no argsort.
+    grouped = count < 2 or bool(np.all(sample_block[1:] >= sample_block[:-1]))
+    by_block = None if grouped else np.argsort(sample_block, kind="stable")
+    bounds = np.searchsorted(sample_block if grouped else sample_block[by_block],
+                             np.arange(int(sample_block.max(initial=-1)) + 2))
     block_perm = rng.permutation(len(bounds) - 1)
-    pieces = []
+    # Windows are written into one preallocated array and shuffled in place (the same draws as
+    # rng.permutation of each window): a DataLoader worker computes this order every epoch, and
+    # a list of small pieces concatenated would leave its heap fragmented by the order's size.
+    order = np.empty(count, dtype=np.int64)
+    filled = 0
     for start in range(0, len(block_perm), window_blocks):
-        window = np.concatenate([by_block[bounds[b]:bounds[b + 1]] for b in block_perm[start:start + window_blocks]])
-        pieces.append(rng.permutation(window))
-    return np.concatenate(pieces).astype(np.int64) if pieces else np.zeros(0, dtype=np.int64)
+        window_start = filled
+        for block in block_perm[start:start + window_blocks].tolist():
+            lo, hi = int(bounds[block]), int(bounds[block + 1])
+            if by_block is None:
+                order[filled:filled + hi - lo] = np.arange(lo, hi, dtype=np.int64)
+            else:
+                order[filled:filled + hi - lo] = by_block[lo:hi]
+            filled += hi - lo
+        rng.shuffle(order[window_start:filled])
+    return order
 
 
 def samples_per_rank(num_samples: int, world_size: int, drop_last: bool) -> int:

@@ -54,6 +54,8 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
 @click.option("--memory-keys", type=click.IntRange(0), help="startup: keys of the worker-memory walk "
               "(0: skip) [2000000].")
 @click.option("--profile", is_flag=True, help="small-files/small-s3: also profile tierload's epoch 1 with py-spy.")
+@click.option("--page-cache", type=click.Choice(["cold", "warm"]), help="small-files: the dataset's files before "
+              "each contender: out of the page cache, or all read once [cold].")
 @click.option("--quick", is_flag=True, help="CI smoke run: 384 x 64 KiB, 2 epochs, 2 workers, "
               "s3fs/simplecache/tierload/ram, 1 run (< 3 min on 2 cores; asserts nothing about speed).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
@@ -80,7 +82,8 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
               help="Interpreter of the peers' environment [benchmarks/.venv-peers/bin/python].")
 def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None, samples, sample_kib, epochs,
           hot_fraction, batch_size, num_workers, step_ms, latency_ms, connection_mb_s, total_mb_s,
-          peers_python, workload_name: str, object_bytes, startup_keys, memory_keys, profile: bool) -> None:
+          peers_python, workload_name: str, object_bytes, startup_keys, memory_keys, profile: bool,
+          page_cache: str | None) -> None:
     """Benchmark tierload against s3fs, simplecache, Streaming, LitData and all-in-RAM on an emulated S3,
     or run one of the small-object workloads (--workload)."""
     import dataclasses
@@ -92,7 +95,7 @@ def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None
         _run_small(workload_name, quick, out_dir, {
             "count": count, "size": size, "epochs": epochs, "batch_size": batch_size, "num_workers": num_workers,
             "latency_ms": latency_ms, "startup_keys": startup_keys, "memory_keys": memory_keys,
-            "profile": profile or None})
+            "profile": profile or None, "page_cache": page_cache})
         return
 
     from tierload.bench import report as bench_report

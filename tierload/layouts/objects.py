@@ -58,17 +58,36 @@ def _kept(prefix_url: str, objects: ObjectListing, extensions: tuple[str, ...] |
     return (objects if keep.all() else objects.take(np.flatnonzero(keep))), skipped
 
 
+# URLs whose class names are computed at once by _labels (bounds Arrow's string temporaries).
+_LABEL_WINDOW = 65536
+
+
 def _labels(prefix_url: str, urls: pa.Array) -> tuple[np.ndarray, list[str]]:
     """int64 (objects,) class index of each URL, and the sorted class names.
 
     The class is the first folder below the prefix ("" for an object directly under it).
+    The URLs are worked a window at a time: each step of the string work copies its input, and
+    on the whole listing that is several hundred MB at a million keys.
     """
-    relative = pc.utf8_ltrim(pc.utf8_slice_codeunits(urls, len(prefix_url)), characters="/")
-    first = pc.list_element(pc.split_pattern(relative, "/", max_splits=1), 0)
-    classes = pc.if_else(pc.match_substring(relative, "/"), first, pa.scalar("", first.type))
-    names = sorted(pc.unique(classes).to_pylist())
-    index = pc.index_in(classes, value_set=pa.array(names, classes.type))
-    return index.to_numpy(zero_copy_only=False).astype(np.int64), names
+    codes: list[np.ndarray] = []
+    dictionaries: list[list[str]] = []
+    for lo in range(0, len(urls), _LABEL_WINDOW):
+        window = urls.slice(lo, _LABEL_WINDOW)
+        relative = pc.utf8_ltrim(pc.utf8_slice_codeunits(window, len(prefix_url)), characters="/")
+        first = pc.list_element(pc.split_pattern(relative, "/", max_splits=1), 0)
+        classes = pc.if_else(pc.match_substring(relative, "/"), first, pa.scalar("", first.type))
+        encoded = pc.dictionary_encode(classes)
+        codes.append(encoded.indices.to_numpy(zero_copy_only=False))
+        dictionaries.append(encoded.dictionary.to_pylist())
+    names = sorted(set().union(*dictionaries))
+    index = {name: position for position, name in enumerate(names)}
+    labels = np.empty(len(urls), np.int64)
+    at = 0
+    for window_codes, dictionary in zip(codes, dictionaries, strict=True):
+        lookup = np.array([index[name] for name in dictionary], np.int64)
+        labels[at:at + len(window_codes)] = lookup[window_codes]
+        at += len(window_codes)
+    return labels, names
 
 
 def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo], *, extensions: tuple[str, ...] | None,

@@ -28,13 +28,24 @@ import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "list_local", "list_s3"]
+__all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "list_local", "list_s3",
+           "release_freed_memory"]
 
 # Folders listed at once on S3: enough to hide ~20-50 ms per page behind parsing the others;
 # more only holds more pages in memory at once.
 FOLDERS_IN_FLIGHT = 16
 
 _STRINGS = pa.large_string()
+
+
+def release_freed_memory() -> None:
+    """Give the memory Arrow's allocator keeps after frees back to the system.
+
+    Arrow's default pool (mimalloc) keeps freed pages for reuse; the listing and manifest
+    steps free hundreds of MB of columns and temporaries at a million keys that nothing in
+    the process allocates again, so they would stay in its RSS for good.
+    """
+    pa.default_memory_pool().release_unused()
 
 
 @dataclass(frozen=True)
@@ -59,12 +70,24 @@ class _Page:
     keeps no Python object per object.
     """
 
-    __slots__ = ("urls", "sizes", "versions")
+    __slots__ = ("urls", "sizes", "versions", "first", "last", "in_order")
 
     def __init__(self, urls: list[str], sizes: list[int], versions: list[str]) -> None:
-        self.urls = pa.array(urls, _STRINGS)
-        self.sizes = np.asarray(sizes, np.int64)
-        self.versions = pa.array(versions, _STRINGS)
+        self._set(pa.array(urls, _STRINGS), np.asarray(sizes, np.int64), pa.array(versions, _STRINGS))
+
+    @classmethod
+    def of(cls, urls: pa.Array, sizes: np.ndarray, versions: pa.Array) -> "_Page":
+        """A page of columns already built."""
+        page = cls.__new__(cls)
+        page._set(urls, sizes, versions)
+        return page
+
+    def _set(self, urls: pa.Array, sizes: np.ndarray, versions: pa.Array) -> None:
+        self.urls, self.sizes, self.versions = urls, sizes, versions
+        self.first = str(urls[0].as_py()) if len(urls) else ""
+        self.last = str(urls[-1].as_py()) if len(urls) else ""
+        # strictly increasing URLs: this page needs no sort
+        self.in_order = len(urls) < 2 or bool(pc.all(pc.less(urls.slice(0, len(urls) - 1), urls.slice(1))).as_py())
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,24 +118,30 @@ class ObjectListing(Sequence[ObjectInfo]):
                    pa.array([o.version for o in objects], _STRINGS))
 
     @classmethod
-    def from_pages(cls, pages: Iterable[_Page], exclude: Sequence[str] = ()) -> "ObjectListing":
-        """Concatenate pages, drop directory markers and excluded base names, sort by URL."""
-        urls: list[pa.Array] = []
-        sizes: list[np.ndarray] = []
-        versions: list[pa.Array] = []
-        # Pages in order of their first URL: a listing whose pages do not overlap (S3's folders)
-        # is then sorted already and needs no reordering copy.
-        for page in sorted((page for page in pages if len(page.urls)), key=lambda page: page.urls[0].as_py()):
-            urls.append(page.urls)
-            sizes.append(page.sizes)
-            versions.append(page.versions)
-        if not urls:
+    def from_pages(cls, pages: list[_Page], exclude: Sequence[str] = ()) -> "ObjectListing":
+        """Concatenate pages, drop directory markers and excluded base names, sort by URL.
+
+        Consumes ``pages`` (the list is emptied): each page is dropped as soon as its columns
+        are copied into the listing's, so a listing of millions of objects is held once, not
+        twice, while it is assembled.
+        """
+        kept = [page for page in (_filtered(page, exclude) for page in pages) if len(page.sizes)]
+        pages.clear()
+        if not kept:
             return cls(pa.array([], _STRINGS), np.zeros(0, np.int64), pa.array([], _STRINGS))
-        listing = cls(pa.concat_arrays(urls), np.concatenate(sizes), pa.concat_arrays(versions))
-        positions = _kept_sorted(listing.urls, exclude)
-        if len(positions) == len(listing) and bool(np.all(positions[1:] > positions[:-1])):
-            return listing
-        return listing.take(positions)
+        # Pages in order of their first URL: a listing whose pages do not overlap and are each
+        # sorted (S3's folders) is then sorted already and needs no reordering copy.
+        kept.sort(key=lambda page: page.first)
+        in_order = all(page.in_order for page in kept) and all(
+            before.last < after.first for before, after in zip(kept[:-1], kept[1:], strict=False))
+        sizes = np.concatenate(_take_column(kept, "sizes"))
+        versions = _concat_strings(_take_column(kept, "versions"))
+        urls = _concat_strings(_take_column(kept, "urls"))
+        listing = cls(urls, sizes, versions)
+        if not in_order:
+            listing = listing.take(pc.sort_indices(listing.urls).to_numpy(zero_copy_only=False))  # UTF-8 = sorted()
+        release_freed_memory()  # the pages' columns
+        return listing
 
     def take(self, indices: np.ndarray) -> "ObjectListing":
         """The objects at ``indices`` (int64), in that order."""
@@ -144,15 +173,58 @@ class ObjectListing(Sequence[ObjectInfo]):
                            self.versions.slice(lo, step).to_pylist())
 
 
-def _kept_sorted(urls: pa.Array, exclude: Sequence[str]) -> np.ndarray:
-    """Positions of the objects to keep (no directory marker, no excluded base name), by URL."""
-    names = pc.replace_substring_regex(urls, pattern=r"^.*/", replacement="")
-    drop = pc.or_(pc.ends_with(urls, "/"), pc.equal(pc.utf8_length(names), 0))
+def _filtered(page: _Page, exclude: Sequence[str]) -> _Page:
+    """``page`` without directory markers and excluded base names (a page at a time: small temporaries)."""
+    names = pc.replace_substring_regex(page.urls, pattern=r"^.*/", replacement="")
+    drop = pc.equal(pc.utf8_length(names), 0)  # a directory marker ("a/") or an empty name
     if exclude:
         drop = pc.or_(drop, pc.is_in(names, value_set=pa.array(list(exclude), _STRINGS)))
-    order = pc.sort_indices(urls).to_numpy(zero_copy_only=False)  # UTF-8 byte order = sorted()'s order
-    kept = ~drop.to_numpy(zero_copy_only=False)
-    return order[kept[order]]
+    if not pc.any(drop).as_py():
+        return page
+    keep = pc.invert(drop)
+    return _Page.of(page.urls.filter(keep), page.sizes[keep.to_numpy(zero_copy_only=False)], page.versions.filter(keep))
+
+
+def _take_column(pages: list[_Page], name: str) -> list[Any]:
+    """The column ``name`` of every page, removed from the pages (the list is then its only holder)."""
+    column = [getattr(page, name) for page in pages]
+    for page in pages:
+        setattr(page, name, None)
+    return column
+
+
+def _string_span(chunk: pa.Array) -> tuple[np.ndarray, int, int]:
+    """A large_string chunk's offsets (len + 1,) and the first and last byte of its characters."""
+    bounds = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset:chunk.offset + len(chunk) + 1]
+    return bounds, int(bounds[0]), int(bounds[-1])
+
+
+def _concat_strings(chunks: list[pa.Array]) -> pa.Array:
+    """One large_string array of ``chunks`` (no nulls), each chunk released once copied.
+
+    ``pa.concat_arrays`` would hold every chunk and the result at once; here the result's
+    buffers are allocated once and the list is emptied as it is copied.
+    """
+    chunks[:] = [chunk.cast(_STRINGS) for chunk in chunks]
+    count = sum(len(chunk) for chunk in chunks)
+    total = 0
+    for chunk in chunks:
+        _, low, high = _string_span(chunk)
+        total += high - low
+    offsets = np.empty(count + 1, np.int64)
+    data = np.empty(total, np.uint8)
+    offsets[0] = at = row = 0
+    chunks.reverse()
+    while chunks:
+        chunk = chunks.pop()
+        if chunk.null_count:
+            raise ValueError(f"a listing column holds {chunk.null_count} nulls")
+        bounds, low, high = _string_span(chunk)
+        data[at:at + high - low] = np.frombuffer(chunk.buffers()[2], np.uint8)[low:high] if high > low else 0
+        offsets[row + 1:row + len(chunk) + 1] = bounds[1:] - low + at
+        at += high - low
+        row += len(chunk)
+    return pa.Array.from_buffers(_STRINGS, count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _timestamp(value: Any) -> Any:

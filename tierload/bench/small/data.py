@@ -22,6 +22,8 @@ from tierload.bench.own_buckets import is_stored_bucket, write_stored_bucket
 DEFAULT_CACHE = Path("~/.cache/tierload/bench")
 _MARKER = ".complete"
 _CHUNK = 4096
+# What each contender of small-files starts with: the dataset's files out of the page cache, or all in it.
+PAGE_CACHE_STATES = ("cold", "warm")
 
 
 def cache_root(cache_dir: str | os.PathLike | None) -> Path:
@@ -63,6 +65,53 @@ def files_tree(count: int, size: int, classes: int, cache_dir: str | os.PathLike
             out.write(body)
     marker.write_text("", encoding="utf-8")
     return root
+
+
+def _files_below(root: str | os.PathLike) -> Iterator[str]:
+    pending = [os.fspath(root)]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    yield entry.path
+
+
+def set_page_cache(root: str | os.PathLike, state: str) -> int:
+    """Put every file below ``root`` in the page cache (``warm``: each read once) or out of it
+    (``cold``: ``posix_fadvise(DONTNEED)``).
+
+    Why: the contenders run one after the other over the same files; without this the first
+    reads them from the disk and the next from the page cache. Only this tree's pages are
+    dropped (``/proc/sys/vm/drop_caches`` would empty the cache of everything else on the
+    machine). Directory entries and inodes stay cached for both alike.
+
+    Args:
+        root: The tree.
+        state: ``cold`` or ``warm``.
+
+    Returns:
+        Files touched.
+
+    Raises:
+        ValueError: Another ``state``.
+    """
+    if state not in PAGE_CACHE_STATES:
+        raise ValueError(f"page cache state {state!r}; choose one of {', '.join(PAGE_CACHE_STATES)}")
+    touched = 0
+    for path in _files_below(root):
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            if state == "cold":
+                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+            else:
+                while os.read(descriptor, 1 << 20):
+                    pass
+        finally:
+            os.close(descriptor)
+        touched += 1
+    return touched
 
 
 def stored_bucket(count: int, size: int, classes: int, prefix: str, cache_dir: str | os.PathLike | None = None,

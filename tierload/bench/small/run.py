@@ -51,6 +51,8 @@ class SmallOptions:
         startup_size: Bytes per synthetic object (the mean ImageNet-1k JPEG, ~110 KiB).
         memory_keys: Keys of the worker-memory walk (0: skip it).
         profile: Profile tierload's epoch 1 with py-spy.
+        page_cache: small-files: the dataset's files before each contender, ``cold`` (out of the
+            page cache) or ``warm`` (all in it).
         cache_dir: Where generated data is kept (None: ``~/.cache/tierload/bench``).
         seed: Data and shuffle seed.
     """
@@ -68,6 +70,7 @@ class SmallOptions:
     startup_size: int = 112_640
     memory_keys: int = 2_000_000
     profile: bool = False
+    page_cache: str = "cold"
     cache_dir: str | None = None
     seed: int = 0
 
@@ -76,6 +79,8 @@ class SmallOptions:
             raise ValueError(f"workload={self.workload!r}; choose one of {', '.join(WORKLOADS)}")
         if min(self.count, self.classes, self.batch_size, self.startup_keys, self.ceiling_concurrency) < 1:
             raise ValueError(f"count, classes, batch_size, startup_keys, ceiling_concurrency must be >= 1: {self}")
+        if self.page_cache not in ("cold", "warm"):
+            raise ValueError(f"page_cache={self.page_cache!r}; choose cold or warm")
         if self.size < 0 or self.num_workers < 0 or self.memory_keys < 0 or self.epochs < 2:
             raise ValueError(f"need size >= 0, num_workers >= 0, memory_keys >= 0, epochs >= 2: {self}")
 
@@ -153,7 +158,7 @@ def _profile(runner: _Runner, name: str, setup: dict[str, Any]) -> dict[str, Any
 
 
 def _files(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
-    from tierload.bench.small.data import files_tree
+    from tierload.bench.small.data import files_tree, set_page_cache
 
     started = time.perf_counter()
     root = files_tree(options.count, options.size, options.classes, options.cache_dir, options.seed)
@@ -161,9 +166,15 @@ def _files(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> No
                 f"(ready in {time.perf_counter() - started:.1f} s)")
     setup = {"root": str(root), "url": f"file://{root}", "epochs": options.epochs, "batch_size": options.batch_size,
              "num_workers": options.num_workers, "total_bytes": options.count * options.size, "seed": options.seed}
-    report["dataset"] = {"url": setup["url"], "objects": options.count, "bytes": setup["total_bytes"]}
-    report["contenders"] = {name: runner.contender(name, setup) for name in ("plain-files", "tierload-files")}
+    report["dataset"] = {"url": setup["url"], "objects": options.count, "bytes": setup["total_bytes"],
+                         "page_cache": f"{options.page_cache} before each contender (cold: the files' pages dropped "
+                                       "with posix_fadvise DONTNEED; warm: every file read once)"}
+    report["contenders"] = {}
+    for name in ("plain-files", "tierload-files"):
+        set_page_cache(root, options.page_cache)  # both contenders' epoch 1 starts from the same state
+        report["contenders"][name] = runner.contender(name, setup)
     if options.profile:
+        set_page_cache(root, options.page_cache)
         report["profile"] = _profile(runner, "tierload-files", setup)
 
 

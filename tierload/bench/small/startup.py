@@ -159,27 +159,35 @@ class ManifestWalk(IterableDataset):
         self._uss_start: float | None = None
 
     def __iter__(self):
-        from tierload.order import worker_positions
-
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         process = psutil.Process()
         if self._uss_start is None:
             self._uss_start = process.memory_full_info().uss / 1e6
+        for epoch in range(self.epochs):
+            touched, uss_in_epoch = self._walk_epoch(epoch, worker, workers, process)
+            yield {"worker": worker, "epoch": epoch, "samples": touched, "uss_start_mb": self._uss_start,
+                   "uss_in_epoch_mb": uss_in_epoch, "uss_mb": process.memory_full_info().uss / 1e6}
+
+    def _walk_epoch(self, epoch: int, worker: int, workers: int, process: psutil.Process) -> tuple[int, float]:
+        """One epoch's lookups: samples touched, and the USS (MB) at its end with its arrays still held.
+
+        The arrays are freed on return, as an ``EpochReader``'s are when its epoch ends.
+        """
+        from tierload.order import worker_positions
+
         manifest = self.dataset.manifest
         blocks, sample_block, sample_index, labels = (manifest.blocks, manifest.sample_block, manifest.sample_index,
                                                       manifest.labels)
-        for epoch in range(self.epochs):
-            order = self.dataset.rank_order(epoch)
-            positions = worker_positions(len(order), worker_id=worker, num_workers=workers,
-                                         chunk=self.dataset.batch_size or 1)
-            touched = 0
-            for position in positions:
-                sample = int(order[int(position)])
-                block = blocks[int(sample_block[sample])]
-                touched += len(block.key) > 0 and int(sample_index[sample]) >= 0 and int(labels[sample]) >= -1
-            yield {"worker": worker, "epoch": epoch, "samples": int(touched), "uss_start_mb": self._uss_start,
-                   "uss_mb": process.memory_full_info().uss / 1e6}
+        order = self.dataset.rank_order(epoch)
+        positions = worker_positions(len(order), worker_id=worker, num_workers=workers,
+                                     chunk=self.dataset.batch_size or 1)
+        touched = 0
+        for position in positions:
+            sample = int(order[int(position)])
+            block = blocks[int(sample_block[sample])]
+            touched += len(block.key) > 0 and int(sample_index[sample]) >= 0 and int(labels[sample]) >= -1
+        return int(touched), process.memory_full_info().uss / 1e6
 
 
 def worker_memory(setup: dict[str, Any]) -> dict[str, Any]:
@@ -194,7 +202,9 @@ def worker_memory(setup: dict[str, Any]) -> dict[str, Any]:
         reports = list(loader)
         walk_s = time.perf_counter() - began
         growth = max((r["uss_mb"] - r["uss_start_mb"] for r in reports), default=0.0)
-        return {"startup": started, "walk_s": walk_s, "reports": reports, "max_uss_growth_mb": growth}
+        in_epoch = max((r["uss_in_epoch_mb"] - r["uss_start_mb"] for r in reports), default=0.0)
+        return {"startup": started, "walk_s": walk_s, "reports": reports, "max_uss_growth_mb": growth,
+                "max_uss_growth_in_epoch_mb": in_epoch}
     finally:
         _shutdown(config)
 
