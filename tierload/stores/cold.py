@@ -519,8 +519,8 @@ class ColdSource:
             if f"{status.st_mtime}-{status.st_size}" != version:
                 raise SourceChangedError("the object changed since the manifest was built; refresh the manifest",
                                          tier="cold", url=url)
-            chunks = []
-            remaining = max(0, min(length, status.st_size - offset))
+            chunks, start, size = [], offset, status.st_size
+            remaining = max(0, min(length, size - offset))
             while remaining:  # pread may return less than asked (large ranges)
                 chunk = os.pread(descriptor, remaining, offset)
                 if not chunk:
@@ -535,6 +535,11 @@ class ColdSource:
         finally:
             os.close(descriptor)
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if len(data) != length:  # a range the listed file cannot hold: never hand back short bytes
+            if start >= size:
+                raise SourceChangedError(f"bytes [{start}, {start + length}) start at or past the end of the object "
+                                         f"({size} bytes): refresh the manifest", tier="cold", url=url)
+            check_length(url, start, start + length, data, size)
         self._count(tally, data)
         return data
 
