@@ -27,6 +27,8 @@ from tierload.cache.messages import SyncAnswer, SyncReport
 from tierload.config import TierloadConfig, as_config
 from tierload.counts import AccessCounts
 from tierload.errors import ServiceError
+from tierload.metrics.exporter import PeriodicExporter
+from tierload.metrics.samples import coordinator_samples
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
 from tierload.stores.base import BlockStore
@@ -74,6 +76,7 @@ class Coordinator:
         self._liveness_checked = 0.0
         self._now = 0.0
         self._accesses = 0.0
+        self._exporter: PeriodicExporter | None = None  # started by start()
 
     def start(self) -> Coordinator:
         """Open the warm tier and adopt the blocks it holds (the overflow beyond capacity is deleted).
@@ -91,6 +94,9 @@ class Coordinator:
                 for key, size in sorted(store.scan().items()):
                     if not self._index.add_existing(key, size, 0.0):
                         store.delete(key)
+        if self.config.metrics.enabled and self._exporter is None:
+            self._exporter = PeriodicExporter(lambda: coordinator_samples(self.stats()), "coordinator",
+                                              self.config.metrics.export_interval_s).start()
         return self
 
     def ready(self) -> bool:

@@ -88,7 +88,8 @@ class CoordinatorSync:
         self.interval_s = interval_s
         self.known_warm: set[str] = set()
         self.holders: dict[str, list[str]] = {}  # replica of the coordinator's map, this node excluded
-        self.stats = Counter(warm_writes=0, warm_writes_skipped=0, warm_write_errors=0, sync_errors=0, syncs=0)
+        self.stats = Counter(warm_writes=0, warm_write_bytes=0, warm_writes_skipped=0, warm_write_errors=0,
+                             sync_errors=0, syncs=0)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._writes: dict[str, bytes] = {}
@@ -230,6 +231,7 @@ class CoordinatorSync:
             try:
                 store.write(key, data)
                 committed.append(key)
+                self.stats["warm_write_bytes"] += len(data)
             except BackendError:
                 log.warning("cannot write block %s to the warm tier", key, exc_info=True)
                 self.stats["warm_write_errors"] += 1

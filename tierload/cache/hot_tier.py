@@ -16,7 +16,8 @@ import logging
 import os
 import tempfile
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable, Sequence, cast
 
 import xxhash
@@ -40,6 +41,9 @@ class Level:
     name: str
     store: LocalDirStore
     index: TierIndex
+    # promotions: blocks a fetch placed here; demotions: victims moved a level down or offered
+    # to warm; written_bytes: frame bytes written here (both ways in).
+    moves: Counter = field(default_factory=Counter)
 
 
 class HotTier:
@@ -143,7 +147,9 @@ class HotTier:
         return added, [key for key in dirty if key not in added]
 
     def stats(self) -> list[dict]:
-        return [level.index.stats() for level in self.levels]
+        """Each level's :meth:`TierIndex.stats` with its ``promotions``, ``demotions`` and ``written_bytes``."""
+        return [{**level.index.stats(), "promotions": level.moves["promotions"], "demotions": level.moves["demotions"],
+                 "written_bytes": level.moves["written_bytes"]} for level in self.levels]
 
     def read_frame(self, key: str) -> bytes | None:
         """The frame of a resident block as stored, checked against its checksum (a raw
@@ -191,6 +197,7 @@ class HotTier:
             return None
         with self.lock:
             level.index.commit(key, now)
+            level.moves.update(promotions=1, written_bytes=len(data))
             self.dirty.add(key)
         return index
 
@@ -228,6 +235,8 @@ class HotTier:
                     try:
                         below.store.write(victim, data)
                         below.index.commit(victim, self.now())
+                        below.moves["written_bytes"] += len(data)
+                        level.moves["demotions"] += 1
                         continue
                     except BackendError:
                         below.index.abort(victim)
@@ -237,3 +246,4 @@ class HotTier:
                 except IntegrityError:
                     continue
                 offer_warm(victim, data)
+                level.moves["demotions"] += 1

@@ -147,8 +147,12 @@ class S3RangeReader:
                     refreshed = True
                     continue
                 delay = budget.after_failure(failure)
+                name = f"cold_errors_{failure.value}"
+                tally[name] = tally.get(name, 0) + 1
                 if delay is None:
                     raise budget.final_error(error, failure) from failed.cause
+                name = f"cold_retries_{failure.value}"
+                tally[name] = tally.get(name, 0) + 1
                 # Once per read and once when it outlasts max_attempts: an outage is not a log flood.
                 level = logging.WARNING if budget.attempts in (1, config.max_attempts) else logging.DEBUG
                 log.log(level, "cold read of %s failed (%s); request %d (cold.max_attempts %d, outage budget %gs) "
