@@ -119,6 +119,9 @@ class StallMeter:
                 yield item
         finally:
             current.seconds = clock() - started
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()  # a generator's own clean-up (e.g. the reader's end of stream) runs now, not at GC
             self._finish(current)
 
     def _finish(self, epoch: EpochStall) -> None:
