@@ -34,6 +34,21 @@ def test_meter_splits_time_between_next_and_the_loop_body():
     assert meter.stats()["total"]["seconds"] == 0  # another meter saw nothing
 
 
+def test_progress_reports_carry_the_running_epoch():
+    import time
+
+    def slow():
+        for i in range(6):
+            time.sleep(0.02)
+            yield i
+
+    seen = []
+    meter = StallMeter(on_progress=lambda epoch: seen.append((epoch.batches, epoch.stall_s)), progress_interval_s=0.03)
+    assert list(meter.timed(slow(), epoch=3)) == list(range(6))
+    assert seen and all(0 < batches <= 6 and stall_s > 0 for batches, stall_s in seen)
+    assert meter.stats()["epochs"][0]["samples"] == 6 and meter.current is None
+
+
 class _Iterable:
     def __init__(self, make):
         self.make = make

@@ -353,7 +353,7 @@ class TieredDataset(IterableDataset):
         if reader.info is not None or self._stall.watched:
             yield from reader  # a worker cannot see the loop; tierload.watch() measures it
         else:
-            yield from self._stall.timed(iter(reader), reader.epoch, lambda item: 1)
+            yield from self._stall.timed(iter(reader), reader.epoch)
 
     # ------------------------------------------------------------------ device
     @property

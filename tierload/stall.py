@@ -86,39 +86,47 @@ class StallMeter:
         self.current: EpochStall | None = None
         self.watched = 0  # watch() wrappers iterating now: the dataset then does not measure itself too
 
-    def timed(self, iterator: Iterator, epoch: int, count: Callable[[Any], int], started: float | None = None
-              ) -> Iterator:
+    def timed(self, iterator: Iterator, epoch: int, count: Callable[[Any], int] | None = None,
+              started: float | None = None) -> Iterator:
         """Yield ``iterator``'s items, timing each ``next()``; the epoch ends when it does.
+
+        The running figures are kept in locals (this wraps every sample of a main-process loop)
+        and written to :attr:`current` at each progress report and at the end.
 
         Args:
             iterator: What the loop iterates (already made by ``iter()``).
             epoch: The epoch's number.
-            count: Samples in one item (1 for a sample, the batch size for a batch).
+            count: Samples in one item (None: one sample per item; :func:`batch_length` for batches).
             started: ``time.perf_counter()`` when ``iter()`` was called (default: now).
         """
         clock = time.perf_counter
         current = self.current = EpochStall(epoch)
         started = clock() if started is None else started
-        next_report = started + self.progress_interval_s
+        next_report = started + self.progress_interval_s if self.on_progress is not None else float("inf")
+        stall_s, items, samples = 0.0, 0, 0
         try:
             while True:
                 asked = clock()
                 try:
                     item = next(iterator)
                 except StopIteration:
-                    current.stall_s += clock() - asked
+                    stall_s += clock() - asked
                     return
                 received = clock()
-                current.stall_s += received - asked
-                current.batches += 1
-                current.samples += count(item)
-                if received > next_report and self.on_progress is not None:
+                stall_s += received - asked
+                items += 1
+                if count is not None:
+                    samples += count(item)
+                if received > next_report:
                     next_report = received + self.progress_interval_s
-                    current.seconds = received - started
-                    self._report(self.on_progress, current)
+                    current.stall_s, current.batches, current.seconds = stall_s, items, received - started
+                    current.samples = samples if count is not None else items
+                    self._report(self.on_progress, current)  # type: ignore[arg-type]
                 yield item
         finally:
             current.seconds = clock() - started
+            current.stall_s, current.batches = stall_s, items
+            current.samples = samples if count is not None else items
             close = getattr(iterator, "close", None)
             if close is not None:
                 close()  # a generator's own clean-up (e.g. the reader's end of stream) runs now, not at GC
@@ -140,7 +148,8 @@ class StallMeter:
 
     def stats(self) -> dict[str, Any]:
         """``{"epochs": [row, ...], "current": row | None, "total": row}`` (rows: :meth:`EpochStall.row`;
-        the total's ``epoch`` is the number of epochs)."""
+        ``current`` is the running epoch as of its last progress report; the total's ``epoch`` is
+        the number of epochs)."""
         total = EpochStall(len(self.finished))
         for epoch in self.finished:
             total.samples += epoch.samples
