@@ -99,3 +99,15 @@ def test_setting_a_policy_with_no_service_running_exits_with_the_service_error_c
     file.write_text(yaml.safe_dump(tier_config().to_dict()), encoding="utf-8")  # its own hot.dir: no actors
     result = CliRunner().invoke(cli, ["policy", "set", str(file)])
     assert "no tierload actors run" in _one_line_error(result, 5, "ServiceError")
+
+
+def test_the_wheel_lists_every_package_of_the_source_tree():
+    """pyproject names packages one by one: a new sub-package left out works in an editable
+    install and is missing from a regular one."""
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(init.parent.relative_to(root).parts) for init in (root / "tierload").rglob("__init__.py")}
+    assert on_disk <= listed, f"add to [tool.setuptools] packages: {sorted(on_disk - listed)}"

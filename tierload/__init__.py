@@ -25,7 +25,7 @@ from tierload.errors import (
 __version__ = "0.1.0"
 
 # torch is imported only when the dataset is used: actors and the CLI start without it.
-_LAZY = {"TieredDataset": "tierload.dataset", "collate": "tierload.collation"}
+_LAZY = {"TieredDataset": "tierload.dataset", "collate": "tierload.collation", "watch": "tierload.stall"}
 
 
 def __getattr__(name: str):
@@ -52,4 +52,5 @@ __all__ = [
     "TransientBackendError",
     "collate",
     "load_config",
+    "watch",
 ]

@@ -136,6 +136,15 @@ class WireConfig(_Frozen):
     min_ratio: float = Field(default=1.1, ge=1.0)
 
 
+class MetricsConfig(_Frozen):
+    """Metrics in Prometheus format (:mod:`tierload.metrics`): the actors export their counters
+    through Ray's metrics API every ``export_interval_s`` seconds, off the data path; the training
+    process exports its data-stall figures at the end of each epoch. ``enabled: false`` exports nothing."""
+
+    enabled: bool = True
+    export_interval_s: float = Field(default=5.0, gt=0)
+
+
 class TierPolicyConfig(_Frozen):
     """Admission and eviction of one tier.
 
@@ -262,6 +271,7 @@ class TierloadConfig(_Frozen):
     hot: HotConfig = HotConfig()
     prefetch: PrefetchConfig = PrefetchConfig()
     wire: WireConfig = WireConfig()
+    metrics: MetricsConfig = MetricsConfig()
     policy: PolicyConfig = PolicyConfig()
     manifest: ManifestConfig = ManifestConfig()
     ray: RayConfig = RayConfig()

@@ -52,6 +52,7 @@ from tierload.order import (
 )
 from tierload.packs import manifest_settings
 from tierload.resume import ResumeTracker
+from tierload.stall import StallMeter, report_epoch, report_progress
 from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
 from tierload.stores.cold import ColdLocation, ColdSource, canonical_url
 
@@ -168,6 +169,9 @@ class TieredDataset(IterableDataset):
         # What this process's readers did: direct hot reads, misses, reconnects to a restarted
         # node cache, blocks read without it, streams reopened.
         self.consumer_stats: Counter = Counter()
+        # What the training loop waited for, measured in this process (see tierload.stall).
+        self._stall = StallMeter(lambda epoch: report_epoch(self, epoch), lambda epoch: report_progress(self, epoch),
+                                 self.config.metrics.export_interval_s)
         self._manifest: Manifest | None = None
         self._manifest_path: Path | None = None
         self._endpoint: Endpoint | None = None
@@ -235,6 +239,7 @@ class TieredDataset(IterableDataset):
             self._captured_rank = self._rank_world()  # pickled for spawn: resolve in the parent
         state = self.__dict__.copy()
         state["_decoder"] = None
+        state["_stall"] = StallMeter()  # workers do not see the loop; the meter's callbacks stay here
         return state
 
     # ----------------------------------------------------------------- properties
@@ -344,7 +349,11 @@ class TieredDataset(IterableDataset):
     def _iterate(self) -> Iterator[tuple[Any, int]]:
         # A generator, so the reader (which takes the pending resume point) is built at the
         # first next(), in the process that iterates.
-        yield from EpochReader(self, get_worker_info())
+        reader = EpochReader(self, get_worker_info())
+        if reader.info is not None or self._stall.watched:
+            yield from reader  # a worker cannot see the loop; tierload.watch() measures it
+        else:
+            yield from self._stall.timed(iter(reader), reader.epoch)
 
     # ------------------------------------------------------------------ device
     @property
@@ -409,6 +418,19 @@ class TieredDataset(IterableDataset):
         self.seed = int(state["seed"])
 
     # ------------------------------------------------------------------- stats
+    def stall_stats(self) -> dict[str, Any]:
+        """How long the training loop waited for data, per epoch, in this process.
+
+        Measured when this process iterates the dataset itself (``num_workers=0``), or through
+        :func:`tierload.watch` around a DataLoader with workers (see :mod:`tierload.stall`).
+
+        Returns:
+            ``{"rank", "dataset_id", "epochs": [row, ...], "current": row | None, "total": row}``;
+            a row has ``epoch, samples, batches, seconds, stall_s, stall_fraction, samples_per_s``
+            (seconds are wall seconds; ``stall_fraction`` is ``stall_s / seconds``).
+        """
+        return {"rank": self._rank_world()[0], "dataset_id": self.manifest.dataset_id, **self._stall.stats()}
+
     def _started_link(self) -> NodeLink:
         """The link to this node's cache, starting the dataset if needed."""
         self.start()

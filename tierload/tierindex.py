@@ -85,6 +85,7 @@ class TierIndex:
         self.used_bytes = 0
         self.evictions = 0
         self.refusals = 0
+        self.admissions = 0
         accesses.listen(self)
 
     def state(self, key: Hashable) -> Residency:
@@ -134,6 +135,7 @@ class TierIndex:
         """RESERVED -> RESIDENT (the block's file is complete)."""
         size = self.reserved.pop(key)
         self.resident[key] = size
+        self.admissions += 1
         self.policy.on_insert(key, size, now)
 
     def abort(self, key: Hashable) -> None:
@@ -186,4 +188,5 @@ class TierIndex:
         return {"tier": self.name, "capacity_bytes": self.capacity_bytes, "used_bytes": self.used_bytes,
                 "blocks": len(self.resident), "reserved_blocks": len(self.reserved),
                 "pinned_blocks": len(self.pins), "evictions": self.evictions, "refusals": self.refusals,
+                "admissions": self.admissions,
                 "policy": self.policy.name}

@@ -25,6 +25,9 @@ from tierload.counts import AccessCounts
 from tierload.policies.frequency import DecayingCounter
 
 RECORD_LIMIT = 10_000_000  # accesses a trace recording keeps at most
+# Fetch latencies kept for the next metrics export (the oldest are dropped past this; an export
+# every few seconds drains them long before).
+LATENCY_LIMIT = 100_000
 
 
 class NodeAccounting:
@@ -40,6 +43,7 @@ class NodeAccounting:
             levels listen to it.
         stats: The node's counters (see :mod:`tierload.cache.stats`).
         finished: Stats rows of the last closed streams.
+        latencies: ``(source, seconds)`` of finished fetches, drained by :meth:`take_latencies`.
     """
 
     def __init__(self, decay: DecayConfig, lock: threading.Condition,
@@ -50,6 +54,7 @@ class NodeAccounting:
         self.accesses = AccessCounts(DecayingCounter(decay.half_life))
         self.stats = new_stats()
         self.finished: deque = deque(maxlen=512)
+        self.latencies: deque[tuple[str, float]] = deque(maxlen=LATENCY_LIMIT)
         self._pending_counts: Counter = Counter()
         self._recording: list[tuple[str, int, int]] | None = None  # (key, bytes, epoch) when recording
         self._now_value = 0.0
@@ -91,6 +96,11 @@ class NodeAccounting:
         self.stats.update(counts)
         if stream is not None:
             stream.stats.update(counts)
+
+    def take_latencies(self) -> list[tuple[str, float]]:
+        """Fetch latencies recorded since the last call (and forget them)."""
+        latencies, self.latencies = list(self.latencies), deque(maxlen=LATENCY_LIMIT)
+        return latencies
 
     def take_pending_counts(self) -> dict[str, int]:
         """Accesses counted since the last call, for the coordinator (and forget them)."""

@@ -32,6 +32,8 @@ from tierload.cache.tier_writes import WriteHealth, open_warm_or_none, warn_if_l
 from tierload.config import TierloadConfig, as_config
 from tierload.counts import AccessCounts
 from tierload.errors import BackendError, ServiceError
+from tierload.metrics.exporter import PeriodicExporter
+from tierload.metrics.samples import coordinator_samples
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
 from tierload.stores.base import BlockStore
@@ -79,6 +81,7 @@ class Coordinator:
         self._liveness_checked = 0.0
         self._now = 0.0
         self._accesses = 0.0
+        self._exporter: PeriodicExporter | None = None  # started by start()
 
     def start(self) -> Coordinator:
         """Open the warm tier and adopt the blocks it holds (the overflow beyond capacity is deleted).
@@ -89,18 +92,18 @@ class Coordinator:
         Raises:
             BackendError: The warm tier cannot be listed.
         """
-        if self._index is None:
-            return self
-        store = open_warm_or_none(self.config.warm.url)
-        if store is None:
-            return self
-        if store.local_path is not None:
-            warn_if_larger_than_file_system("warm", store.local_path, self._index.capacity_bytes)
-        with self._lock:
-            self._store = store
-            for key, size in sorted(store.scan().items()):
-                if not self._index.add_existing(key, size, 0.0):
-                    self._delete_warm(key)
+        store = open_warm_or_none(self.config.warm.url) if self._index is not None else None
+        if store is not None and self._index is not None:
+            if store.local_path is not None:
+                warn_if_larger_than_file_system("warm", store.local_path, self._index.capacity_bytes)
+            with self._lock:
+                self._store = store
+                for key, size in sorted(store.scan().items()):
+                    if not self._index.add_existing(key, size, 0.0):
+                        self._delete_warm(key)
+        if self.config.metrics.enabled and self._exporter is None:
+            self._exporter = PeriodicExporter(lambda: coordinator_samples(self.stats()), "coordinator",
+                                              self.config.metrics.export_interval_s).start()
         return self
 
     def ready(self) -> bool:

@@ -92,7 +92,8 @@ class CoordinatorSync:
         self.known_warm: set[str] = set()
         self.warm_health = WriteHealth("warm", write_retry_s)  # under self._lock
         self.holders: dict[str, list[str]] = {}  # replica of the coordinator's map, this node excluded
-        self.stats = Counter(warm_writes=0, warm_writes_skipped=0, warm_write_errors=0, sync_errors=0, syncs=0)
+        self.stats = Counter(warm_writes=0, warm_write_bytes=0, warm_writes_skipped=0, warm_write_errors=0,
+                             sync_errors=0, syncs=0)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._writes: dict[str, bytes] = {}
@@ -239,6 +240,7 @@ class CoordinatorSync:
             try:
                 store.write(key, data)
                 committed.append(key)
+                self.stats["warm_write_bytes"] += len(data)
             except BackendError as exc:
                 with self._lock:
                     self.warm_health.failed(exc)

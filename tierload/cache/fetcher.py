@@ -67,6 +67,7 @@ class _Done:
     raw: bytes = b""
     level: int | None = None
     source: str = ""
+    seconds: float = 0.0  # reading the block from its source (retries included), for the latency histogram
 
 
 @dataclass
@@ -181,8 +182,10 @@ class Fetcher:
             if self._closed or fetch.block is None:
                 return
             tally: Counter = Counter()
+            started = time.perf_counter()
             try:
                 raw, digest, source = await self._read_lower_tiers(key, fetch.block, tally)
+                seconds = time.perf_counter() - started
                 level = await self._blocking_call(self._settle, key, raw, digest, source)
             except asyncio.CancelledError:
                 raise
@@ -193,7 +196,7 @@ class Fetcher:
                 log.warning("fetch of block %s failed: %s", key, exc)
                 self._finished(_Done(key, fetch, tally, error=exc))
                 return
-            self._finished(_Done(key, fetch, tally, raw=raw, level=level, source=source))
+            self._finished(_Done(key, fetch, tally, raw=raw, level=level, source=source, seconds=seconds))
 
     async def _blocking_call(self, function: Callable, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._blocking, function, *args)
@@ -222,6 +225,7 @@ class Fetcher:
                 self._staged[key] = done.raw
             if fetch.counted:
                 tally[{"warm": "warm_hits", "peer": "peer_hits", "cold": "cold_misses"}[done.source]] += 1
+            self._accounting.latencies.append((done.source, done.seconds))
         self._accounting.tally(fetch.stream, tally)
         self._inflight.pop(key, None)
 

@@ -22,6 +22,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, cast
 
@@ -59,6 +60,9 @@ class Level:
     health: WriteHealth
     capacity_bytes: int
     full_since: float | None = field(default=None)
+    # promotions: blocks a fetch placed here; demotions: victims moved a level down or offered
+    # to warm; written_bytes: frame bytes written here (both ways in).
+    moves: Counter = field(default_factory=Counter)
 
 
 def ram_level_dir(hot_dir: str) -> str:
@@ -173,8 +177,11 @@ class HotTier:
         return added, [key for key in dirty if key not in added]
 
     def stats(self) -> list[dict]:
-        """Per level, fastest first: the index's stats, ``writable`` and ``write_failures``."""
-        return [{**level.index.stats(), **level.health.stats()} for level in self.levels]
+        """Per level, fastest first: the index's stats, ``writable`` and ``write_failures``, and its
+        ``promotions``, ``demotions`` and ``written_bytes``."""
+        return [{**level.index.stats(), **level.health.stats(), "promotions": level.moves["promotions"],
+                 "demotions": level.moves["demotions"], "written_bytes": level.moves["written_bytes"]}
+                for level in self.levels]
 
     def read_frame(self, key: str) -> bytes | None:
         """The frame of a resident block as stored, checked against its checksum (a raw
@@ -222,6 +229,7 @@ class HotTier:
             with self.lock:
                 level.index.commit(key, now)
                 level.health.succeeded()
+                level.moves.update(promotions=1, written_bytes=len(data))
                 self.dirty.add(key)
             return index
         return None
@@ -323,6 +331,7 @@ class HotTier:
 
     def _demote(self, level_index: int, victim: str, data: bytes) -> None:
         """Move an evicted frame a level down if that level takes it, else offer it to warm."""
+        level = self.levels[level_index]
         if level_index + 1 < len(self.levels):
             below = self.levels[level_index + 1]
             if self._reserve(level_index + 1, victim, len(data)):
@@ -334,6 +343,8 @@ class HotTier:
                 else:
                     below.index.commit(victim, self.now())
                     below.health.succeeded()
+                    below.moves["written_bytes"] += len(data)
+                    level.moves["demotions"] += 1
                     return
         if self.offer_warm is not None and not self.in_warm(victim):
             try:
@@ -341,3 +352,4 @@ class HotTier:
             except IntegrityError:
                 return
             self.offer_warm(victim, data)
+            level.moves["demotions"] += 1

@@ -42,6 +42,8 @@ from tierload.cache.stream_table import StreamTable
 from tierload.cache.tier_writes import open_warm_or_none
 from tierload.config import TierloadConfig, as_config
 from tierload.counts import PinCounts
+from tierload.metrics.exporter import PeriodicExporter
+from tierload.metrics.samples import LeadClock, Sample, node_samples
 from tierload.stores.cold import ColdSource
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,8 @@ class NodeCache:
         self._address = channel_address(node_id, self.hot_dir)
         self._authkey = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
+        self._lead_clock = LeadClock()
+        self._exporter: PeriodicExporter | None = None
 
     def start(self) -> NodeCache:
         """Adopt the hot tier on disk, open the warm tier, publish the endpoint, serve, prefetch.
@@ -114,6 +118,9 @@ class NodeCache:
         self._streams.start()
         if self._sync is not None:
             self._sync.start(warm)
+        if self.config.metrics.enabled:
+            self._exporter = PeriodicExporter(self.metric_samples, f"node:{self.node_id}",
+                                              self.config.metrics.export_interval_s).start()
         return self
 
     # ----------------------------------------------------------------- set-up
@@ -332,6 +339,16 @@ class NodeCache:
                 log.debug("the coordinator did not answer a stats call", exc_info=True)
         return {"node": self.stats(), "coordinator": coordinator}
 
+    def metric_samples(self) -> list[Sample]:
+        """This node's metrics (:mod:`tierload.metrics.catalog`) from its counters, as the exporter
+        pushes them every ``metrics.export_interval_s``; drains the fetch latencies recorded since
+        the last call, so only the exporter should call it (read :meth:`stats` instead)."""
+        stats = self.stats()
+        with self._cond:
+            positions = self._streams.positions()
+            latencies = self._accounting.take_latencies()
+        return node_samples(stats, self._lead_clock.leads(positions), latencies)
+
     def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
         """Stats of open and recently closed streams, optionally of one dataset."""
         with self._cond:
@@ -349,6 +366,8 @@ class NodeCache:
         self._fetcher.close()
         if self._sync is not None:
             self._sync.close()
+        if self._exporter is not None:
+            self._exporter.stop()
 
     # ------------------------------------------------------------- internals
     def _collect_for_sync(self, full: bool) -> tuple[dict, list[str], list[str], list[str] | None]:

@@ -157,6 +157,16 @@ class StreamTable:
         """Stats rows of the open streams."""
         return [self._accounting.stream_row(s) for s in self._streams.values()]
 
+    def positions(self) -> list[tuple[str, int, int]]:
+        """``(lineage, cursor_run, next_run)`` of each unfinished stream: the run its slowest
+        consumer is at and the prefetch frontier (their difference is the prefetch lead, in blocks)."""
+        out = []
+        for stream in self._streams.values():
+            cursor = stream.cursor
+            if cursor < stream.consume_len:
+                out.append((stream.lineage, stream.run_of(cursor), min(stream.next_run, stream.consume_runs)))
+        return out
+
     # ------------------------------------------------------------- internals
     def _schedule_loop(self) -> None:
         depth = self._prefetch

@@ -169,8 +169,12 @@ class S3RangeReader:
                     refreshed = True
                     continue
                 delay = budget.after_failure(failure)
+                name = f"cold_errors_{failure.value}"
+                tally[name] = tally.get(name, 0) + 1
                 if delay is None:
                     raise budget.final_error(error, failure) from failed.cause
+                name = f"cold_retries_{failure.value}"
+                tally[name] = tally.get(name, 0) + 1
                 # A retry that succeeds is no one's business (INFO, once per read); a read that outlasts
                 # max_attempts is riding out an outage: one warning per read, not one per try.
                 level = {1: logging.INFO, config.max_attempts: logging.WARNING}.get(budget.attempts, logging.DEBUG)

@@ -4,7 +4,9 @@
 a warm tier (a local directory) larger than the dataset. Each run starts its own local Ray and
 node cache, with tier directories in the run's scratch directory, so it starts cold.
 Besides the loop's measures it reports tierload's own counters per epoch (hot/warm hit ratio,
-cold bytes and GETs) and Belady's MIN hit ratio on the same block trace at the same capacity.
+cold bytes and GETs), its own data-stall figure (``tierload_stall_fraction``, measured by
+:func:`tierload.watch`, beside the loop's ``stall_fraction``) and Belady's MIN hit ratio on the
+same block trace at the same capacity.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def run(ctx: Context) -> dict:
     from tierload.cache.runtime import stop_actors
     from tierload.cache.stats import hit_ratios
     from tierload.dataset import TieredDataset
+    from tierload.stall import watch
 
     started = time.perf_counter()
     workload = ctx.workload
@@ -48,16 +51,18 @@ def run(ctx: Context) -> dict:
                                 batch_size=workload.batch_size, seed=workload.seed)
         setup_s = time.perf_counter() - started
 
-        def for_epoch(epoch: int) -> DataLoader:
+        def for_epoch(epoch: int):
             dataset.set_epoch(epoch)
-            return DataLoader(dataset, batch_size=workload.batch_size, num_workers=workload.num_workers)
+            # watch(): tierload's own stall figure, reported beside the loop's (tierload_stall_fraction)
+            return watch(DataLoader(dataset, batch_size=workload.batch_size, num_workers=workload.num_workers))
 
         def extra(epoch: int) -> dict:
             stats = dataset.epoch_stats(epoch)
             ratios = hit_ratios(stats)
             return {"hot_hit_ratio": ratios["hot"], "warm_hit_ratio": ratios["warm"],
                     "tierload_cold_bytes": int(stats.get("cold_bytes", 0)),
-                    "tierload_cold_gets": int(stats.get("cold_gets", 0))}
+                    "tierload_cold_gets": int(stats.get("cold_gets", 0)),
+                    "tierload_stall_fraction": dataset.stall_stats()["epochs"][-1]["stall_fraction"]}
 
         epochs = run_epochs(workload, ctx.dataset, ctx.endpoint_url, for_epoch, extra)
         manifest = dataset.manifest
