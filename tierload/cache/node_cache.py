@@ -37,6 +37,7 @@ from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, Fetcher
 from tierload.cache.hot_tier import HotTier
 from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
 from tierload.cache.oracle import PlanOracle
+from tierload.cache.ownership import TierOwnership, owner_record
 from tierload.cache.stream import Stream
 from tierload.cache.stream_table import StreamTable
 from tierload.config import TierloadConfig, as_config
@@ -65,12 +66,17 @@ class NodeCache:
             alone (no warm tier, no peers).
         peer_call: ``peer_call(node_id, method, *args, timeout_s=...)`` reaching another node's
             cache, or None (no peer transfer).
+        ray_address: The Ray cluster this cache runs in, published to other jobs with its
+            ownership of the hot directory (:mod:`tierload.cache.ownership`).
     """
 
     def __init__(self, config: dict | TierloadConfig, node_id: str = "local",
-                 coordinator_call: Callable | None = None, peer_call: Callable | None = None) -> None:
+                 coordinator_call: Callable | None = None, peer_call: Callable | None = None,
+                 ray_address: str | None = None) -> None:
         self.config = as_config(config)
         self.node_id = node_id
+        self._ray_address = ray_address
+        self._ownership: TierOwnership | None = None
         self._cond = threading.Condition(threading.RLock())  # the one lock; every part is handed it
         self._coordinator_call = coordinator_call
         self._has_warm = bool(self.config.warm.url and coordinator_call)
@@ -96,14 +102,28 @@ class NodeCache:
         self._server: ChannelServer | None = None
 
     def start(self) -> NodeCache:
-        """Adopt the hot tier on disk, open the warm tier, publish the endpoint, serve, prefetch.
+        """Own the hot directory, adopt the hot tier on disk, open the warm tier, publish the
+        endpoint, serve, prefetch.
 
         Returns:
             This cache, started.
 
         Raises:
+            TierInUseError: Another live node cache owns the hot directory.
             BackendError: A hot or warm tier directory cannot be created.
         """
+        ownership = TierOwnership(self.hot_dir, owner_record(self.config, self.hot_dir, self.node_id,
+                                                             self._ray_address))
+        ownership.acquire()
+        self._ownership = ownership
+        try:
+            self._start_owned()
+        except BaseException:
+            self._release_ownership()
+            raise
+        return self
+
+    def _start_owned(self) -> None:
         self._hot.start()
         warm = open_store(self.config.warm.url, "warm") if self._has_warm and self.config.warm.url else None
         self._fetcher.start(warm)
@@ -113,7 +133,11 @@ class NodeCache:
         self._streams.start()
         if self._sync is not None:
             self._sync.start(warm)
-        return self
+
+    def _release_ownership(self) -> None:
+        if self._ownership is not None:
+            self._ownership.release()
+            self._ownership = None
 
     # ----------------------------------------------------------------- set-up
     @property
@@ -337,6 +361,7 @@ class NodeCache:
         self._fetcher.close()
         if self._sync is not None:
             self._sync.close()
+        self._release_ownership()  # last: a successor must not start while this one still writes
 
     # ------------------------------------------------------------- internals
     def _collect_for_sync(self, full: bool) -> tuple[dict, list[str], list[str], list[str] | None]:
