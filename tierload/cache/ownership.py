@@ -31,9 +31,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tierload.cache.messages import Message
+from tierload.cache.endpoint import read_endpoint
+from tierload.cache.messages import Endpoint, Message
 from tierload.config import TierloadConfig
-from tierload.errors import TierInUseError
+from tierload.errors import ServiceError, TierInUseError
 
 log = logging.getLogger(__name__)
 
@@ -266,3 +267,38 @@ def owner_record(config: TierloadConfig, hot_dir: str, node_id: str, ray_address
     """This process's record as the owner of ``hot_dir``."""
     return OwnerRecord(os.getpid(), socket.gethostname(), node_id, time.time(), sharing_terms(config, hot_dir),
                        ray_address)
+
+
+def join_owner(config: TierloadConfig, hot_dir: str, wait_s: float = 60.0) -> Endpoint | None:
+    """Where to reach the live owner of ``hot_dir`` if this job may share it.
+
+    Args:
+        config: This job's configuration.
+        hot_dir: Its hot directory on this node (``{node}`` already replaced).
+        wait_s: How long to wait for an owner that is still starting to publish its endpoint.
+
+    Returns:
+        The owner's published endpoint, or None when nobody owns the directory (this job
+        starts the node cache itself).
+
+    Raises:
+        TierInUseError: A live owner has another configuration (:func:`check_compatible`).
+        ServiceError: The owner did not publish its endpoint within ``wait_s``.
+    """
+    owner = live_owner(hot_dir)
+    if owner is None:
+        return None
+    check_compatible(owner, config, hot_dir)
+    deadline = time.monotonic() + wait_s
+    while True:
+        endpoint = read_endpoint(real_dir(hot_dir))
+        if endpoint is not None and endpoint.pid == owner.pid:
+            log.info("joining the node cache that owns %s (pid %s on %s)", real_dir(hot_dir), owner.pid, owner.host)
+            return endpoint
+        current = live_owner(hot_dir)
+        if current is None or current.pid != owner.pid:
+            return join_owner(config, hot_dir, max(0.0, deadline - time.monotonic()))
+        if time.monotonic() >= deadline:
+            raise ServiceError(f"the node cache that owns {real_dir(hot_dir)} (pid {owner.pid}) did not publish its "
+                               f"endpoint within {wait_s:g}s", tier="hot")
+        time.sleep(0.1)
