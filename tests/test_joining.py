@@ -190,3 +190,6 @@ def test_a_joiner_finishes_its_epoch_and_takes_over_when_the_owner_exits(s3, buc
     assert result["ray"] and result["cache_pid"] != started["cache_pid"]
     assert live_owner(str(tmp_path / "hot")).pid == result["cache_pid"]
     assert joiner.finish() == 0
+    log = joiner.log_path.read_text()
+    assert "reading blocks directly until it is back" in log  # the owner went away mid-epoch
+    assert f"took over the hot directory {tmp_path / 'hot'} from its previous owner (pid {started['cache_pid']}" in log

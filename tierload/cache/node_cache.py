@@ -90,7 +90,8 @@ class NodeCache:
         plans: defaultdict[str, list[Stream]] = defaultdict(list)
         sync = self._sync
         self._hot = HotTier(self.config, self.hot_dir, self._accounting.accesses, self._pins,
-                            PlanOracle(self._catalog.key_owners, plans), self._cond, self._accounting.now,
+                            PlanOracle(self._catalog.key_owners, plans, self._catalog.block_sizes,
+                                       self.config.hot.capacity_bytes), self._cond, self._accounting.now,
                             offer_warm=sync.offer_warm if sync is not None and self._has_warm else None,
                             in_warm=lambda key: sync is not None and key in sync.known_warm)
         self._fetcher = Fetcher(self.config, node_id, self._cond, self._catalog, self._hot, self._pins,
