@@ -193,3 +193,50 @@ def test_a_joiner_finishes_its_epoch_and_takes_over_when_the_owner_exits(s3, buc
     log = joiner.log_path.read_text()
     assert "reading blocks directly until it is back" in log  # the owner went away mid-epoch
     assert f"took over the hot directory {tmp_path / 'hot'} from its previous owner (pid {started['cache_pid']}" in log
+
+
+@pytest.mark.slow
+def test_a_slow_joiner_keeps_its_hit_ratio_beside_a_fast_owner(s3, bucket, tmp_path, jobs):
+    """Item 2, live: the slow job's hot hit ratio after its first epoch, alone and beside a fast
+    job streaming a dataset eight times its own through the same node cache."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/small", 24, size=SIZE)
+    put_indexed_objects(fs, f"{name}/large", 200, size=SIZE)
+    small, large = f"s3://{name}/small", f"s3://{name}/large"
+
+    def hit_ratio(result: dict) -> float:
+        later = [epoch["stats"] for epoch in result["epochs"][1:]]
+        return sum(s.get("hot_hits", 0) for s in later) / sum(s["accesses"] for s in later)
+
+    def cold_bytes(result: dict) -> int:
+        return sum(epoch["stats"].get("cold_bytes", 0) for epoch in result["epochs"])
+
+    slow = {"epochs": 3, "delay_s": 0.05, "num_workers": 1, "sample_size": SIZE}
+    alone = Job(tmp_path, "alone", _spec(s3, small, _config(tmp_path / "a", warm={"url": None}), **slow))
+    jobs.append(alone)
+    alone.wait_for("done")
+    alone_result = alone.result()
+    assert alone.finish() == 0
+
+    config = _config(tmp_path / "b", warm={"url": None})
+    peaks = PeakUsage(tmp_path / "b" / "hot")
+    fast = Job(tmp_path, "fast", _spec(s3, large, config, epochs=6))
+    jobs.append(fast)
+    fast.wait_for("started")
+    joiner = Job(tmp_path, "slow", _spec(s3, small, config, **slow))
+    jobs.append(joiner)
+    joiner.wait_for("done")
+    together = joiner.result()
+    fast.wait_for("done", timeout_s=600)
+    (hot_peak,) = peaks.stop().values()
+    fast_result = fast.result()
+    assert joiner.finish() == 0 and fast.finish() == 0
+    for result in (alone_result, together):
+        assert result["wrong_bytes"] == 0
+        assert all(sorted(epoch["seen"]) == list(range(24)) for epoch in result["epochs"])
+    assert hot_peak <= HOT
+    print(f"slow job hot hit ratio after epoch 0: alone {hit_ratio(alone_result):.3f}, beside the fast job "
+          f"{hit_ratio(together):.3f}; fast job {hit_ratio(fast_result):.3f}; hot peak {hot_peak}/{HOT} B; "
+          f"cold bytes slow alone {cold_bytes(alone_result)}, slow together {cold_bytes(together)}, "
+          f"fast {cold_bytes(fast_result)}")
+    assert hit_ratio(together) >= 0.9 * hit_ratio(alone_result)

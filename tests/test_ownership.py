@@ -116,3 +116,15 @@ def test_a_killed_owner_is_taken_over_with_its_complete_blocks_adopted(tmp_path,
     assert live_owner(str(hot)).pid == os.getpid()
     assert cache.stats()["levels"][-1]["blocks"] == 1  # the dead owner's block, adopted
     assert (hot / OWNER_FILE).stat().st_mode & 0o077 == 0
+
+
+def test_a_policy_changed_at_run_time_is_what_joiners_must_bring(tmp_path, started):
+    hot = tmp_path / "hot"
+    cache = started(_config(hot))
+    before = live_owner(str(hot))
+    cache.set_policy({"hot": {"eviction": "lru"}})
+    after = live_owner(str(hot))
+    assert after.started_at == before.started_at and after.terms["policy"]["hot"]["eviction"] == "lru"
+    check_compatible(after, _config(hot, policy={"hot": {"eviction": "lru"}}), str(hot))
+    with pytest.raises(TierInUseError, match="policy.hot.eviction: owner 'lru', this job 'clairvoyant'"):
+        check_compatible(after, _config(hot), str(hot))

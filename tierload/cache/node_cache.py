@@ -24,6 +24,7 @@ import secrets
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any, Callable
 
 from tierload.blockfile import HEADER_SIZE, FrameFormat, encode_frame, parse_header, recode
@@ -37,7 +38,7 @@ from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, Fetcher
 from tierload.cache.hot_tier import HotTier
 from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
 from tierload.cache.oracle import PlanOracle
-from tierload.cache.ownership import TierOwnership, owner_record
+from tierload.cache.ownership import TierOwnership, owner_record, sharing_terms
 from tierload.cache.stream import Stream
 from tierload.cache.stream_table import StreamTable
 from tierload.config import TierloadConfig, as_config
@@ -308,6 +309,8 @@ class NodeCache:
             self.config = self.config.model_copy(update={"policy": new})
             self._accounting.set_decay(new.decay)
             self._hot.replace_policy(new.hot)
+            if self._ownership is not None:  # jobs that join from now on must bring the new policy
+                self._ownership.publish(replace(self._ownership.record, terms=sharing_terms(self.config, self.hot_dir)))
         log.info("hot-tier policy is now %s", new.hot.eviction)
         return new.model_dump(mode="json")
 

@@ -187,18 +187,26 @@ class TierOwnership:
                 with os.fdopen(fd, "r") as handle:
                     owner = _read_record(handle)
                 raise refusal(owner, self.record.terms, self.path) from None
-        with os.fdopen(os.dup(fd), "r+") as handle:
+        with os.fdopen(os.dup(fd), "r") as handle:
             previous = _read_record(handle)
-            handle.seek(0)
-            handle.truncate()
-            json.dump(self.record.to_json(), handle)
-            handle.flush()
         self._fd = fd
+        self.publish(self.record)
         if previous is not None:
             log.warning("took over the hot directory %s from its previous owner (pid %s on %s, started %s), "
                         "which is gone", os.path.dirname(self.path), previous.pid, previous.host,
                         time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(previous.started_at)))
         return previous
+
+    def publish(self, record: OwnerRecord) -> None:
+        """Write ``record`` into the held lock file (e.g. after the policy changed at run time)."""
+        if self._fd is None:
+            return
+        self.record = record
+        with os.fdopen(os.dup(self._fd), "r+") as handle:
+            handle.seek(0)
+            handle.truncate()
+            json.dump(record.to_json(), handle)
+            handle.flush()
 
     def release(self) -> None:
         """Give up ownership (the record is emptied, so nobody joins a closed cache)."""
