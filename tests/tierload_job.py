@@ -23,6 +23,19 @@ def _emit(event: str, **fields) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
+def _own_stats(dataset, epoch: int) -> dict:
+    """This job's counters of ``epoch`` (epoch_stats sums every job's streams of the dataset)."""
+    mark = f"/s{dataset.seed}/e{epoch}/"
+    totals: dict = {}
+    for row in dataset._link.call("stream_stats", dataset.manifest.dataset_id, wait_s=30.0):
+        if mark in row["stream_id"]:
+            for name, value in row.items():
+                if isinstance(value, int) and not isinstance(value, bool) and name not in ("epoch", "cursor",
+                                                                                         "consume_len"):
+                    totals[name] = totals.get(name, 0) + value
+    return totals
+
+
 def main(spec: dict) -> None:
     import ray
     from torch.utils.data import DataLoader
@@ -45,10 +58,11 @@ def main(spec: dict) -> None:
             seen.append(index)
             if spec["delay_s"]:
                 time.sleep(spec["delay_s"])
-        epochs.append({"seen": seen, "stats": dataset.epoch_stats(epoch)})
+        epochs.append({"seen": seen, "stats": _own_stats(dataset, epoch)})
         _emit("epoch", epoch=epoch, samples=len(seen))
     stats = dataset.cache_stats()
-    result = {"epochs": epochs, "wrong_bytes": wrong, "cache_pid": stats["pid"], "ray": ray.is_initialized(),
+    result = {"epochs": epochs, "node_counters": stats["counters"], "wrong_bytes": wrong, "cache_pid": stats["pid"],
+              "ray": ray.is_initialized(),
               "start_pid": dataset._endpoint.pid, "integrity_failures": stats["counters"].get("integrity_failures", 0),
               "consumer": dict(dataset.consumer_stats)}
     with open(spec["result"], "w") as handle:
