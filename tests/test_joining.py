@@ -240,3 +240,35 @@ def test_a_slow_joiner_keeps_its_hit_ratio_beside_a_fast_owner(s3, bucket, tmp_p
           f"cold bytes slow alone {cold_bytes(alone_result)}, slow together {cold_bytes(together)}, "
           f"fast {cold_bytes(fast_result)}")
     assert hit_ratio(together) >= 0.9 * hit_ratio(alone_result)
+
+
+def test_in_one_ray_cluster_a_second_deployment_on_an_owned_directory_is_refused(s3, bucket, tier_config,
+                                                                                  make_dataset, tmp_path):
+    """``tierload serve`` or a second driver in the same cluster, with another warm tier (so
+    another actor name) over the same hot directory: its actor is refused and removed."""
+    import ray
+
+    from tierload.cache.runtime import get_node_cache, node_cache_name, stop_actors
+
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 4, size=100)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(), layout="files")
+    other = tier_config(warm="2MiB").model_copy(update={"warm": tier_config().warm.model_copy(
+        update={"url": str(tmp_path / "other-warm")})})
+    try:
+        with pytest.raises(TierInUseError) as refused:
+            get_node_cache(other)
+    finally:
+        stop_actors(other)  # its coordinator
+    assert f"pid {dataset._endpoint.pid}" in str(refused.value)
+    assert "warm.url: owner" in str(refused.value)
+    actor = node_cache_name(other, ray.get_runtime_context().get_node_id())
+    deadline = time.monotonic() + 30
+    while True:  # the refused actor is removed (Ray frees its name shortly after): a later start may succeed
+        try:
+            ray.get_actor(actor, namespace="tierload")
+        except ValueError:
+            break
+        assert time.monotonic() < deadline, f"the refused actor {actor} was not removed"
+        time.sleep(0.2)
+    assert live_owner(str(tmp_path / "hot")).pid == dataset._endpoint.pid

@@ -2,10 +2,10 @@
 
 The node cache's own parts, without I/O: its :class:`PlanOracle` over real :class:`Stream`
 plans, the clairvoyant policy and a :class:`TierIndex`, driven the way the node cache drives
-them (a block is accessed when its stream schedules it, and admitted on a miss). A fast job (ten
-accesses to the slow job's one) streams a dataset eight times the slow job's through a cache that holds half of both; the slow
-job's working set fits its share (24 of 25 blocks). The live two-process run is in
-tests/test_joining.py.
+them (a block is accessed when its stream schedules it, and admitted on a miss). A fast job
+(ten accesses to the slow job's one) streams a dataset eight times the slow job's through a
+cache that holds a fifth of both; the slow job's working set fits its share (24 of 25
+blocks). The live two-process runs are in tests/test_joining.py.
 """
 
 from __future__ import annotations

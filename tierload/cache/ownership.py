@@ -43,9 +43,10 @@ OWNER_FILE = ".owner.lock"
 # location and retries, manifest, layout, ray) belongs to a job or its datasets: each dataset
 # brings its cold location when it registers, and the owner's cold retry settings serve it.
 SHARED_SECTIONS = ("hot", "warm", "policy", "prefetch", "wire")
-# A probe (shared lock, released at once) can collide with the owner's first try; the owner
-# tries again for this long before it concludes that another process holds the lock.
-ACQUIRE_PATIENCE_S = 2.0
+# A probe (shared lock, released at once) can collide with the owner's first try, and a cache
+# actor that Ray restarts may start while its dead predecessor's process is still exiting; the
+# owner tries again for this long before it concludes that another process holds the lock.
+ACQUIRE_PATIENCE_S = 5.0
 
 
 def real_dir(path: str) -> str:

@@ -190,12 +190,15 @@ class _RayNodeCache:
 
         Raises:
             MethodNotAllowedError: ``method`` is not in :data:`~tierload.cache.node_cache.ACTOR_METHODS`.
+            TierInUseError: This actor has no node cache: another job owns the hot directory.
         """
         from tierload.cache.node_cache import ACTOR_METHODS
 
         if method not in ACTOR_METHODS:
             raise MethodNotAllowedError(f"{method!r} is not served by the node cache actor; it serves "
                                         f"{', '.join(sorted(ACTOR_METHODS))}", where=self.where)
+        if self.refused is not None:
+            raise self.refused
         return getattr(self.cache, method)(*args, **kwargs)
 
 
