@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tierload.cache.oracle import PlanOracle, protected_blocks
+from tierload.cache.oracle import PlanOracle, protected_horizon
 from tierload.cache.stream import Stream
 from tierload.counts import AccessCounts, DecayingCounter
 from tierload.policies.registry import make_policy
@@ -79,6 +79,11 @@ def test_a_slow_job_whose_working_set_fits_its_share_keeps_its_hit_ratio_beside_
 def test_a_streams_share_is_its_next_distinct_blocks_that_fit():
     stream = Stream("s", "d", 0, np.array([3, 1, 3, 2, 0, 1], dtype=np.int32), 6, 1, 4)
     sizes = np.array([10, 10, 10, 10], dtype=np.int64)
-    assert sorted(protected_blocks(stream, sizes, 25).tolist()) == [1, 3]
-    stream.mark_scheduled(0)
-    assert sorted(protected_blocks(stream, sizes, 30).tolist()) == [1, 2, 3]
+    horizon, fits = protected_horizon(stream, sizes, 25)  # blocks 3 and 1; block 2 (run 3) does not fit
+    assert (horizon, fits) == (3, 2)
+    assert sorted(np.flatnonzero(stream.next_use < horizon).tolist()) == [1, 3]
+    stream.mark_scheduled(0)  # block 3 is next needed at run 2
+    horizon, fits = protected_horizon(stream, sizes, 30)
+    assert (horizon, fits) == (4, 3)
+    assert sorted(np.flatnonzero(stream.next_use < horizon).tolist()) == [1, 2, 3]
+    assert protected_horizon(stream, sizes, 1000) == (stream.num_runs, 4)  # the whole rest fits

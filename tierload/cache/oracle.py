@@ -33,10 +33,15 @@ from tierload.runs import NEVER
 # Added to the distance of an unprotected block: larger than any plan, far below NEVER.
 UNPROTECTED_OFFSET = 2**48
 _FIRST_WINDOW_RUNS = 1024
+# A stream's horizon is computed again once it has moved on by this fraction of the blocks in
+# its share (or its share changed); in between, eviction decisions reuse it (the share is then
+# a little smaller than it could be), so a decision's cost stays small with shares of many blocks.
+REFRESH_FRACTION = 1 / 16
 
 
-def protected_blocks(stream: Stream, sizes: np.ndarray, share_bytes: int) -> np.ndarray:
-    """The stream's next distinct blocks in plan order while their bytes fit ``share_bytes``.
+def protected_horizon(stream: Stream, sizes: np.ndarray, share_bytes: int) -> tuple[int, int]:
+    """Where a stream's share ends: its next distinct blocks in plan order, while their bytes fit
+    ``share_bytes``, are the blocks whose next use by the stream comes before this run.
 
     Args:
         stream: An open stream or a ghost (its ``next_run`` is where its future starts).
@@ -44,16 +49,19 @@ def protected_blocks(stream: Stream, sizes: np.ndarray, share_bytes: int) -> np.
         share_bytes: The stream's share of the hot tier.
 
     Returns:
-        int64 block indices (unordered).
+        ``(horizon, blocks)``: the absolute run index (``stream.num_runs`` when the whole rest of
+        the plan fits) and how many distinct blocks the share holds.
     """
     window = _FIRST_WINDOW_RUNS
     future = stream.run_block[stream.next_run:]
     while True:
         blocks, first = np.unique(future[:window], return_index=True)
-        blocks = blocks[np.argsort(first)]
-        fits = np.cumsum(sizes[blocks]) <= share_bytes
-        if not fits.all() or window >= len(future):
-            return blocks[fits].astype(np.int64)
+        order = np.argsort(first)
+        fits = int(np.count_nonzero(np.cumsum(sizes[blocks[order]]) <= share_bytes))
+        if fits < len(blocks):
+            return stream.next_run + int(first[order[fits]]), fits
+        if window >= len(future):
+            return stream.num_runs, fits
         window *= 4
 
 
@@ -78,6 +86,19 @@ class PlanOracle:
         self.streams_by_dataset = streams_by_dataset
         self.block_sizes = block_sizes
         self.capacity_bytes = capacity_bytes
+        # id(stream): (stream, next_run and share when computed, horizon, blocks in the share)
+        self._horizons: dict[int, tuple[Stream, int, int, int, int]] = {}
+
+    def _horizon_of(self, stream: Stream, sizes: np.ndarray, share: int) -> int:
+        cached = self._horizons.get(id(stream))
+        if (cached is not None and cached[0] is stream and cached[2] == share
+                and 0 <= stream.next_run - cached[1] < cached[4] * REFRESH_FRACTION):
+            return cached[3]
+        horizon, fits = protected_horizon(stream, sizes, share)
+        if len(self._horizons) > 4 * sum(len(streams) for streams in self.streams_by_dataset.values()) + 64:
+            self._horizons.clear()  # closed streams' entries
+        self._horizons[id(stream)] = (stream, stream.next_run, share, horizon, fits)
+        return horizon
 
     def share_bytes(self) -> int:
         """Each stream's protected share of the hot tier (0 with no stream or no shares)."""
@@ -108,7 +129,7 @@ class PlanOracle:
                 nxt = stream.next_use[blocks]
                 best = np.minimum(best, np.where(nxt == NEVER, NEVER, nxt - stream.next_run))
                 if sizes is not None:
-                    mine |= np.isin(blocks, protected_blocks(stream, sizes, share))
+                    mine |= nxt < self._horizon_of(stream, sizes, share)
             rows = np.asarray(where, dtype=np.int64)
             out[rows] = np.minimum(out[rows], best)
             protected[rows] |= mine
