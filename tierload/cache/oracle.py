@@ -11,7 +11,9 @@ Sharing policy, when several jobs (or several ranks) use one node cache (issue 1
    bytes, are *protected*: every unprotected resident is evicted (and an unprotected newcomer
    refused) before any protected one. So one job's prefetching can never evict the blocks
    another job needs next, as long as they fit that job's share; a job whose working set fits
-   its share keeps all of it, at any speed of the other jobs.
+   its share keeps all of it, at any speed of the other jobs. A share is per stream (one
+   rank's epoch), so a job with more ranks on the node holds more shares; it is counted in
+   the blocks' raw bytes; a ghost holds its share until its lineage's next epoch opens.
 3. **Prefetch is round-robin** (:mod:`~tierload.cache.stream_table`): one block per stream per
    pass, each stream bounded by ``prefetch.depth_blocks``/``depth_bytes``, and a scheduled
    block stays pinned until its consumers pass it.
