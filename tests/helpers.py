@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tierload.cache.endpoint import ENDPOINT_FILE
+from tierload.cache.ownership import OWNER_FILE
 
 
 def put_indexed_objects(fs, prefix: str, count: int, *, size: int = 0, classes: int = 1) -> list[bytes]:
@@ -39,12 +40,12 @@ def _block_file_sizes(path: Path) -> dict[int, int]:
     """``{inode: size}`` of the block files (complete and temporary) under a tier directory.
 
     Keyed by inode, because a temporary file renamed into place during the walk would
-    otherwise be counted twice; the node cache's published endpoint is not a block.
+    otherwise be counted twice; the node cache's published endpoint and owner lock are not blocks.
     """
     sizes = {}
     for root, _dirs, files in os.walk(path):
         for file in files:
-            if file == ENDPOINT_FILE:
+            if file in (ENDPOINT_FILE, OWNER_FILE):
                 continue
             try:
                 info = os.stat(os.path.join(root, file))
@@ -87,7 +88,8 @@ class TierUsage:
         """How many blocks of ``block_bytes`` the tier holds now (None: no consistent sample)."""
         if self.mounted:
             pages_per_block = -(-block_bytes // self.PAGE)
-            endpoint_pages = 1 if (self.path / ENDPOINT_FILE).exists() else 0
+            endpoint_pages = sum(-(-(self.path / name).stat().st_size // self.PAGE)
+                                 for name in (ENDPOINT_FILE, OWNER_FILE) if (self.path / name).exists())
             return (self._used() - self.baseline) // self.PAGE // pages_per_block - endpoint_pages
         first = _files(self.path)
         if first != _files(self.path):

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from tierload.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.cache.endpoint import ENDPOINT_FILE
+from tierload.cache.ownership import OWNER_FILE
 from tierload.errors import SourceChangedError
 from tierload.stores.local import LocalDirStore
 
@@ -153,7 +154,7 @@ def test_corrupted_hot_block_is_detected_and_refetched(bucket, tier_config, make
     dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None), layout="files")
     assert sorted(indices(loader_for(dataset))) == list(range(10))
     files = sorted(p for p in (tmp_path / "hot").rglob("*")
-                   if p.is_file() and ".tmp" not in p.parts and p.name != ENDPOINT_FILE)
+                   if p.is_file() and ".tmp" not in p.parts and p.name not in (ENDPOINT_FILE, OWNER_FILE))
     assert len(files) == 10
     victim = files[3]
     data = bytearray(victim.read_bytes())

@@ -13,13 +13,15 @@ from torch.utils.data import DataLoader
 
 from tierload.blockfile import HEADER_SIZE, FrameFormat, decode_frame, encode_frame, parse_header, verify_frame
 from tierload.cache.endpoint import ENDPOINT_FILE
+from tierload.cache.ownership import OWNER_FILE
 from tierload.errors import IntegrityError
 
 _CODEC_BYTE = 4  # after the 4-byte magic
 
 
 def block_files(path: Path) -> list[Path]:
-    return sorted(p for p in path.rglob("*") if p.is_file() and ".tmp" not in p.parts and p.name != ENDPOINT_FILE)
+    return sorted(p for p in path.rglob("*")
+                  if p.is_file() and ".tmp" not in p.parts and p.name not in (ENDPOINT_FILE, OWNER_FILE))
 
 
 def epoch_samples(dataset, epoch: int) -> list[tuple[int, bytes]]:

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Iterator
 
 from tierload.cache.consumer import BlockReader, NodeLink
+from tierload.errors import ChannelLostError
 from tierload.layouts.registry import layout_spec
 from tierload.order import worker_positions
 from tierload.resume import Progress
@@ -86,7 +87,14 @@ class EpochReader:
         progress = dataset._resume.track(Progress(os.getpid(), self.epoch, self.start, self.positions, self.chunk,
                                                   self.worker, self.workers, self.info is not None, self.skip))
         self._warn_about_batches()
-        self._open(link)
+        try:
+            self._open(link)
+        except ChannelLostError as exc:
+            # No node cache answers (e.g. the job whose cache this one joined has ended and this
+            # process's keeper is still starting one): read blocks directly; the reader opens the
+            # stream on the cache once it is back.
+            log.warning("no node cache answers (%s); epoch %d reads blocks directly until one is back", exc,
+                        self.epoch)
         decoder = dataset._decoder
         if decoder is None:  # kept on the dataset: built once per process, not once per epoch
             decoder = dataset._decoder = manifest.decoder(dataset.config.manifest.label_column, dataset.columns)

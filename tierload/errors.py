@@ -22,7 +22,8 @@ would naturally catch, so ``except ValueError`` still works for bad config::
         ├── ChannelLostError               the node cache's local channel broke or cannot be reached
         ├── StreamNotOpenError             the node cache does not know the stream (expired or restarted)
         ├── MessageError                   a message from another process has the wrong type or version
-        └── MethodNotAllowedError          a channel call names a method the server does not serve
+        ├── MethodNotAllowedError          a channel call names a method the server does not serve
+        └── TierInUseError                 a tier directory is owned by a node cache this job cannot join
 
 Every error pickles back as its own class with its context (tier, key, url, where, remote
 traceback), so one raised in an actor or behind the local channel can be caught by type.
@@ -156,3 +157,8 @@ class MessageError(ServiceError):
 
 class MethodNotAllowedError(ServiceError):
     """A channel call named a method the server does not serve (it is not on its allow-list)."""
+
+
+class TierInUseError(ServiceError):
+    """A tier directory is owned by a live node cache whose configuration differs from this job's
+    (the message names the owner, each differing setting, and how to stop the owner)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from tierload.blocks import Block
 from tierload.packs import read_cold, read_cold_async
@@ -14,6 +16,10 @@ from tierload.stores.cold import ColdSource
 class _Dataset:
     blocks: list[Block]
     source: ColdSource
+    sizes: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sizes = np.fromiter((block.length for block in self.blocks), dtype=np.int64, count=len(self.blocks))
 
 
 class BlockCatalog:
@@ -44,6 +50,10 @@ class BlockCatalog:
     def num_blocks(self, dataset_id: str) -> int:
         """Blocks of a registered dataset."""
         return len(self._datasets[dataset_id].blocks)
+
+    def block_sizes(self, dataset_id: str) -> np.ndarray:
+        """int64 bytes of each block of a registered dataset, by block index."""
+        return self._datasets[dataset_id].sizes
 
     def block_at(self, dataset_id: str, index: int) -> Block:
         """The block at ``index`` in a registered dataset's block list."""

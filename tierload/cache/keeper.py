@@ -3,10 +3,13 @@
 Ray restarts a node cache that crashes (``max_restarts``), but not one removed for good
 (``ray.kill``, ``tierload stop`` from elsewhere): its name is free and its endpoint file points
 at a dead process, so every later call of a consumer would wait for a cache that never comes
-back. A process that started a dataset is connected to Ray, so it can create the actor again:
-:class:`NodeCacheKeeper` looks about once a second whether the process that published the
-endpoint still runs, and when it does not, asks Ray for the named actor again (``get_if_exists``:
-a cache Ray is restarting is waited for, a removed one is created with the same config). The
+back. :class:`NodeCacheKeeper` looks about once a second whether the process that published the
+endpoint still runs, and when it does not, finds the cache again as a dataset does at start
+(:func:`~tierload.cache.runtime.node_endpoint`): it joins another job that owns the hot
+directory by then, or asks Ray for the named actor again (``get_if_exists``: a cache Ray is
+restarting is waited for, a removed one is created with the same config). A job that had joined
+another job's cache (and so has no Ray of its own) takes the directory over when that job ends:
+it starts a local Ray and the cache in it. The
 new cache adopts the hot tier on disk and publishes its endpoint; readers, in this process and
 in its DataLoader workers, find it through the endpoint file (:class:`~tierload.cache.consumer.NodeLink`).
 
@@ -83,16 +86,16 @@ class NodeCacheKeeper:
             return True
         import ray
 
-        from tierload.cache.runtime import get_node_cache
+        from tierload.cache.runtime import node_endpoint
 
-        if not ray.is_initialized():
-            return False
         if endpoint is None:
             # No endpoint: the cache was closed on purpose (it withdraws its file) or the file
             # was removed while the cache runs; either way there is nothing to start again.
-            return self._actor_exists()
+            return ray.is_initialized() and self._actor_exists()
         try:
-            get_node_cache(self.config)
+            # Joins whoever owns the directory now, or starts the cache here: in this process's
+            # Ray, or, for a job that had joined another job's cache, in a local Ray of its own.
+            node_endpoint(self.config)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types; try again on the next check
             self.failures += 1
             now = time.monotonic()

@@ -24,6 +24,7 @@ import secrets
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any, Callable
 
 from tierload.blockfile import HEADER_SIZE, FrameFormat, encode_frame, parse_header, recode
@@ -37,6 +38,7 @@ from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, Fetcher
 from tierload.cache.hot_tier import HotTier
 from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
 from tierload.cache.oracle import PlanOracle
+from tierload.cache.ownership import TierOwnership, owner_record, sharing_terms
 from tierload.cache.stream import Stream
 from tierload.cache.stream_table import StreamTable
 from tierload.cache.tier_writes import open_warm_or_none
@@ -67,12 +69,17 @@ class NodeCache:
             alone (no warm tier, no peers).
         peer_call: ``peer_call(node_id, method, *args, timeout_s=...)`` reaching another node's
             cache, or None (no peer transfer).
+        ray_address: The Ray cluster this cache runs in, published to other jobs with its
+            ownership of the hot directory (:mod:`tierload.cache.ownership`).
     """
 
     def __init__(self, config: dict | TierloadConfig, node_id: str = "local",
-                 coordinator_call: Callable | None = None, peer_call: Callable | None = None) -> None:
+                 coordinator_call: Callable | None = None, peer_call: Callable | None = None,
+                 ray_address: str | None = None) -> None:
         self.config = as_config(config)
         self.node_id = node_id
+        self._ray_address = ray_address
+        self._ownership: TierOwnership | None = None
         self._cond = threading.Condition(threading.RLock())  # the one lock; every part is handed it
         self._coordinator_call = coordinator_call
         self._has_warm = bool(self.config.warm.url and coordinator_call)
@@ -87,7 +94,8 @@ class NodeCache:
         plans: defaultdict[str, list[Stream]] = defaultdict(list)
         sync = self._sync
         self._hot = HotTier(self.config, self.hot_dir, self._accounting.accesses, self._pins,
-                            PlanOracle(self._catalog.key_owners, plans), self._cond, self._accounting.now,
+                            PlanOracle(self._catalog.key_owners, plans, self._catalog.block_sizes,
+                                       self.config.hot.capacity_bytes), self._cond, self._accounting.now,
                             offer_warm=sync.offer_warm if sync is not None and self._has_warm else None,
                             in_warm=lambda key: sync is not None and key in sync.known_warm)
         self._fetcher = Fetcher(self.config, node_id, self._cond, self._catalog, self._hot, self._pins,
@@ -101,14 +109,28 @@ class NodeCache:
         self._exporter: PeriodicExporter | None = None
 
     def start(self) -> NodeCache:
-        """Adopt the hot tier on disk, open the warm tier, publish the endpoint, serve, prefetch.
+        """Own the hot directory, adopt the hot tier on disk, open the warm tier, publish the
+        endpoint, serve, prefetch.
 
         Returns:
             This cache, started.
 
         Raises:
+            TierInUseError: Another live node cache owns the hot directory.
             BackendError: A hot or warm tier directory cannot be created.
         """
+        ownership = TierOwnership(self.hot_dir, owner_record(self.config, self.hot_dir, self.node_id,
+                                                             self._ray_address))
+        ownership.acquire()
+        self._ownership = ownership
+        try:
+            self._start_owned()
+        except BaseException:
+            self._release_ownership()
+            raise
+        return self
+
+    def _start_owned(self) -> None:
         self._hot.start()
         warm = open_warm_or_none(self.config.warm.url) if self._has_warm else None
         self._fetcher.start(warm)
@@ -121,7 +143,11 @@ class NodeCache:
         if self.config.metrics.enabled:
             self._exporter = PeriodicExporter(self.metric_samples, f"node:{self.node_id}",
                                               self.config.metrics.export_interval_s).start()
-        return self
+
+    def _release_ownership(self) -> None:
+        if self._ownership is not None:
+            self._ownership.release()
+            self._ownership = None
 
     # ----------------------------------------------------------------- set-up
     @property
@@ -291,6 +317,8 @@ class NodeCache:
             self.config = self.config.model_copy(update={"policy": new})
             self._accounting.set_decay(new.decay)
             self._hot.replace_policy(new.hot)
+            if self._ownership is not None:  # jobs that join from now on must bring the new policy
+                self._ownership.publish(replace(self._ownership.record, terms=sharing_terms(self.config, self.hot_dir)))
         log.info("hot-tier policy is now %s", new.hot.eviction)
         return new.model_dump(mode="json")
 
@@ -368,6 +396,7 @@ class NodeCache:
             self._sync.close()
         if self._exporter is not None:
             self._exporter.stop()
+        self._release_ownership()  # last: a successor must not start while this one still writes
 
     # ------------------------------------------------------------- internals
     def _collect_for_sync(self, full: bool) -> tuple[dict, list[str], list[str], list[str] | None]:

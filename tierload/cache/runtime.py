@@ -19,7 +19,7 @@ import xxhash
 
 from tierload.cache.coordinator import Coordinator
 from tierload.config import TierloadConfig
-from tierload.errors import MethodNotAllowedError, ServiceError
+from tierload.errors import MethodNotAllowedError, ServiceError, TierInUseError
 
 if TYPE_CHECKING:
     from tierload.cache.messages import Endpoint
@@ -166,26 +166,39 @@ class _RayNodeCache:
 
         from tierload.cache.node_cache import NodeCache
 
-        node_id = ray.get_runtime_context().get_node_id()
+        context = ray.get_runtime_context()
+        node_id = context.get_node_id()
         self.where = f"node cache actor on node {node_id}"
-        self.cache = NodeCache(config, node_id=node_id,
-                               coordinator_call=_CoordinatorCall(coordinator, namespace, config),
-                               peer_call=_PeerCall(config, namespace)).start()
+        self.refused: TierInUseError | None = None
+        try:
+            self.cache = NodeCache(config, node_id=node_id,
+                                   coordinator_call=_CoordinatorCall(coordinator, namespace, config),
+                                   peer_call=_PeerCall(config, namespace), ray_address=context.gcs_address).start()
+        except TierInUseError as exc:
+            # Said by refusal() rather than raised: Ray would restart the actor (max_restarts) in vain.
+            self.refused = exc
 
     def ready(self) -> bool:
         return True
+
+    def refusal(self) -> TierInUseError | None:
+        """Why this actor has no node cache: another job owns the hot directory; None if it has one."""
+        return self.refused
 
     def call(self, method: str, *args, **kwargs):
         """Invoke a NodeCache method: the local channel's, plus what peers and the CLI need.
 
         Raises:
             MethodNotAllowedError: ``method`` is not in :data:`~tierload.cache.node_cache.ACTOR_METHODS`.
+            TierInUseError: This actor has no node cache: another job owns the hot directory.
         """
         from tierload.cache.node_cache import ACTOR_METHODS
 
         if method not in ACTOR_METHODS:
             raise MethodNotAllowedError(f"{method!r} is not served by the node cache actor; it serves "
                                         f"{', '.join(sorted(ACTOR_METHODS))}", where=self.where)
+        if self.refused is not None:
+            raise self.refused
         return getattr(self.cache, method)(*args, **kwargs)
 
 
@@ -202,17 +215,44 @@ def get_node_cache(config: TierloadConfig, node_id: str | None = None):
         config.to_dict(), coordinator_name(config), config.ray.namespace)
     try:
         ray.get(handle.ready.remote(), timeout=120)
+        refused = ray.get(handle.refusal.remote(), timeout=60)
     except Exception as exc:  # noqa: BLE001
         raise ServiceError(f"the node cache actor on node {node_id} did not start: {exc}") from exc
+    if refused is not None:
+        ray.kill(handle, no_restart=True)  # frees its name for a later start, once the directory is free
+        raise refused
     return handle
 
 
 def node_endpoint(config: TierloadConfig) -> Endpoint:
-    """Start (or find) this node's cache and return how consumers reach it."""
+    """How consumers on this node reach its cache: the live owner of the hot directory when
+    this job may share it (:mod:`tierload.cache.ownership`), else this deployment's cache
+    actor, started if missing (and Ray with it).
+
+    Raises:
+        TierInUseError: Another job with another configuration owns the hot directory.
+        ServiceError: Ray or the cache actor could not be started.
+    """
     import ray
 
+    from tierload.cache.ownership import join_owner
+
+    if "{node}" in config.hot.dir:
+        ensure_ray(config)  # the directory names this node
+        hot_dir = config.hot.dir.replace("{node}", ray.get_runtime_context().get_node_id()[:16])
+    else:
+        hot_dir = config.hot.dir
+    joined = join_owner(config, hot_dir)
+    if joined is not None:
+        return joined
     ensure_ray(config)
-    handle = get_node_cache(config)
+    try:
+        handle = get_node_cache(config)
+    except TierInUseError:
+        joined = join_owner(config, hot_dir)  # another job became the owner meanwhile
+        if joined is None:
+            raise
+        return joined
     return ray.get(handle.call.remote("endpoint"))
 
 
