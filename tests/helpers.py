@@ -44,7 +44,7 @@ def _block_file_sizes(path: Path) -> dict[int, int]:
     sizes = {}
     for root, _dirs, files in os.walk(path):
         for file in files:
-            if file == ENDPOINT_FILE:
+            if file == ENDPOINT_FILE or file.startswith(".tierload"):  # tierload's own files, not blocks
                 continue
             try:
                 info = os.stat(os.path.join(root, file))

@@ -19,7 +19,8 @@ _CODEC_BYTE = 4  # after the 4-byte magic
 
 
 def block_files(path: Path) -> list[Path]:
-    return sorted(p for p in path.rglob("*") if p.is_file() and ".tmp" not in p.parts and p.name != ENDPOINT_FILE)
+    return sorted(p for p in path.rglob("*") if p.is_file() and ".tmp" not in p.parts and p.name != ENDPOINT_FILE
+                  and not p.name.startswith(".tierload"))
 
 
 def epoch_samples(dataset, epoch: int) -> list[tuple[int, bytes]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tierload.errors import ConfigError
@@ -260,6 +260,13 @@ class TierloadConfig(_Frozen):
     manifest: ManifestConfig = ManifestConfig()
     ray: RayConfig = RayConfig()
     cost: CostConfig = CostConfig()
+
+    @model_validator(mode="after")
+    def _tiers_apart(self) -> "TierloadConfig":
+        from tierload.tier_dirs import check_tiers_apart
+
+        check_tiers_apart(self.hot.dir, self.warm.url)  # ConfigError is a ValueError: reported with the rest
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for YAML, JSON and shipping to actors)."""

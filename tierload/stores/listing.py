@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tierload.stores.local import TIER_MARKER
+
 __all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "list_local", "list_s3"]
 
 # Folders listed at once on S3: enough to hide ~20-50 ms per page behind parsing the others;
@@ -32,6 +34,8 @@ __all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "l
 FOLDERS_IN_FLIGHT = 16
 
 _STRINGS = pa.large_string()
+# Base names of tierload's own files (the tier marker, keys, the published endpoint): never samples.
+_OWN_FILES = r"^(\.tierload|\.endpoint\.json$)"
 
 
 @dataclass(frozen=True)
@@ -139,9 +143,11 @@ class ObjectListing(Sequence[ObjectInfo]):
 
 
 def _kept_sorted(urls: pa.Array, exclude: Sequence[str]) -> np.ndarray:
-    """Positions of the objects to keep (no directory marker, no excluded base name), by URL."""
+    """Positions of the objects to keep (no directory marker, none of tierload's own files, no
+    excluded base name), by URL."""
     names = pc.replace_substring_regex(urls, pattern=r"^.*/", replacement="")
     drop = pc.or_(pc.ends_with(urls, "/"), pc.equal(pc.utf8_length(names), 0))
+    drop = pc.or_(drop, pc.match_substring_regex(names, _OWN_FILES))
     if exclude:
         drop = pc.or_(drop, pc.is_in(names, value_set=pa.array(list(exclude), _STRINGS)))
     order = pc.sort_indices(urls).to_numpy(zero_copy_only=False)  # UTF-8 byte order = sorted()'s order
@@ -238,7 +244,10 @@ def list_local(root: str, protocol: str = "file", exclude: Sequence[str] = ()) -
                                                [f"{status.st_mtime}-{status.st_size}"])], exclude)
     pending = [root] if os.path.isdir(root) else []
     while pending:
-        with os.scandir(pending.pop()) as entries:
+        folder = pending.pop()
+        if os.path.exists(os.path.join(folder, TIER_MARKER)):
+            continue  # a tier directory: every file in it is tierload's own
+        with os.scandir(folder) as entries:
             for entry in entries:
                 if entry.is_dir():
                     pending.append(entry.path)

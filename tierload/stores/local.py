@@ -17,6 +17,9 @@ from tierload.keys import check_key
 from tierload.stores.base import BlockStore
 
 _TMP = ".tmp"
+# Written in every tier directory, so that a listing of a local source skips the directory
+# whole (its blocks, the endpoint file and the key are tierload's own files, never samples).
+TIER_MARKER = ".tierload-tier"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -27,6 +30,16 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _mark(root: Path) -> None:
+    """Leave :data:`TIER_MARKER` in ``root`` (a read-only directory keeps none: it still works as a tier)."""
+    marker = root / TIER_MARKER
+    if not marker.exists():
+        try:
+            marker.touch()
+        except OSError:
+            pass
 
 
 class LocalDirStore(BlockStore):
@@ -49,6 +62,7 @@ class LocalDirStore(BlockStore):
         except OSError as exc:
             raise BackendError(f"cannot create the {tier} tier directory: {exc}", tier=tier,
                                url=self.url) from exc
+        _mark(self.root)
 
     @property
     def local_path(self) -> Path:
