@@ -100,7 +100,7 @@ def tier_mounts(tmp_path):
     mounted = []
     for name in ("hot", "warm"):
         (tmp_path / name).mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(tmp_path / name)],
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", str(tmp_path / name)],
                               capture_output=True)
         if proc.returncode == 0:
             mounted.append(tmp_path / name)

@@ -87,6 +87,9 @@ class WarmConfig(_Frozen):
     url: str | None = "~/.cache/tierload/warm"
     capacity_bytes: int = 10 * 2**30
     compress: bool = False
+    # A local warm directory shared on purpose (other users or a group may write it): skip the
+    # check that refuses one another user owns or group/others may write (tierload.stores.dir_trust).
+    shared: bool = False
 
     _parse_sizes = field_validator("capacity_bytes", mode="before")(_bytes_field)
 
@@ -95,18 +98,28 @@ class HotConfig(_Frozen):
     """The node-local hot tier: a directory, plus an optional RAM level.
 
     ``dir`` may contain ``{node}``, replaced by the Ray node id (several simulated nodes on one
-    machine need distinct directories). ``peer_copy_min_count``: a block another node already
+    machine need distinct directories), and ``{uid}``, replaced by the user id when the config
+    is built (the default is per user: a fixed name under ``/tmp`` could be taken by anyone).
+    ``peer_copy_min_count``: a block another node already
     holds is served from that peer and copied here only once its local decayed access count
     reaches this (so a cluster whose hot tiers together fit the data set holds each block once).
     """
 
-    dir: str = "/tmp/tierload-hot"
+    dir: str = Field(default="/tmp/tierload-{uid}/hot", validate_default=True)
     capacity_bytes: int = 2 * 2**30
     ram_capacity_bytes: int = 0
     peer_copy_min_count: float = Field(default=3.0, ge=0)
     peer_timeout_s: float = Field(default=10.0, gt=0)
+    # The hot directory is shared on purpose: skip the check that refuses one another user owns
+    # or group/others may write (tierload.stores.dir_trust).
+    shared: bool = False
 
     _parse_sizes = field_validator("capacity_bytes", "ram_capacity_bytes", mode="before")(_bytes_field)
+
+    @field_validator("dir")
+    @classmethod
+    def _per_user(cls, value: str) -> str:
+        return value.replace("{uid}", str(os.geteuid()))
 
 
 class PrefetchConfig(_Frozen):

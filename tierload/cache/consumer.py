@@ -46,7 +46,7 @@ class DirectSource:
     def __init__(self, config: TierloadConfig, cold: ColdLocation, blocks: dict[str, Block]) -> None:
         self.blocks = blocks
         self.cold = ColdSource(cold, config.cold)
-        self.warm = open_store(config.warm.url, "warm") if config.warm.url else None
+        self.warm = open_store(config.warm.url, "warm", shared=config.warm.shared) if config.warm.url else None
 
     def read(self, key: str) -> bytes:
         """The raw bytes of ``key``, verified when they come from the warm tier.
@@ -147,7 +147,8 @@ class BlockReader:
     def __init__(self, link: NodeLink, *, reopen: Callable[[NodeLink], None] | None = None,
                  direct: Callable[[], DirectSource] | None = None) -> None:
         self.link = link
-        self.levels = [LocalDirStore(Path(path), tier="hot") for path in link.hot_dirs]
+        self.levels = [LocalDirStore(Path(path), tier="hot", check=False)  # the node cache checked them
+                       for path in link.hot_dirs]
         self.reopen = reopen
         self.direct = direct
         self.stats = Counter(direct_hits=0, misses=0, reconnects=0, fallback_reads=0, reopened_streams=0)

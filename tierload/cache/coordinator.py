@@ -85,7 +85,7 @@ class Coordinator:
             BackendError: The warm tier cannot be opened or listed.
         """
         if self._index is not None and self.config.warm.url:
-            store = open_store(self.config.warm.url, "warm")
+            store = open_store(self.config.warm.url, "warm", shared=self.config.warm.shared)
             with self._lock:
                 self._store = store
                 for key, size in sorted(store.scan().items()):

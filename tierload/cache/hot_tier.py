@@ -95,7 +95,7 @@ class HotTier:
             ident = xxhash.xxh3_64_hexdigest(os.path.abspath(os.path.expanduser(hot_dir)).encode())
             specs.append(("ram", os.path.join(shm, f"tierload-ram-{ident}"), hot.ram_capacity_bytes))
         specs.append(("disk", hot_dir, hot.capacity_bytes))
-        return [Level(name, LocalDirStore(path, tier=f"hot-{name}"),
+        return [Level(name, LocalDirStore(path, tier=f"hot-{name}", shared=hot.shared),
                       TierIndex(f"hot-{name}", capacity, self._policy(policy), self.accesses,
                                 policy.admit_min_count, pins=self.pins))
                 for name, path, capacity in specs]

@@ -105,7 +105,8 @@ class NodeCache:
             BackendError: A hot or warm tier directory cannot be created.
         """
         self._hot.start()
-        warm = open_store(self.config.warm.url, "warm") if self._has_warm and self.config.warm.url else None
+        warm = (open_store(self.config.warm.url, "warm", shared=self.config.warm.shared)
+                if self._has_warm and self.config.warm.url else None)
         self._fetcher.start(warm)
         publish_endpoint(self._hot.dirs[-1], self.endpoint())
         self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {self.node_id}",

@@ -15,6 +15,7 @@ from pathlib import Path
 from tierload.errors import BackendError
 from tierload.keys import check_key
 from tierload.stores.base import BlockStore
+from tierload.stores.dir_trust import make_tier_dir
 
 _TMP = ".tmp"
 # Written in every tier directory, so that a listing of a local source skips the directory
@@ -46,18 +47,27 @@ class LocalDirStore(BlockStore):
     """Blocks as files under a local directory.
 
     Args:
-        root: Directory path (``~`` expanded; created if missing).
+        root: Directory path (``~`` expanded; created owner-only if missing, see
+            :mod:`tierload.stores.dir_trust`).
         tier: Tier name used in error messages.
+        shared: The directory is shared on purpose (``hot.shared`` / ``warm.shared``): no
+            ownership or mode check.
+        check: False where the directory's owner already checked it (a consumer reading the
+            node cache's hot tier).
 
     Raises:
+        UntrustedDirError: Another user owns the directory, or group/others may write it.
         BackendError: The directory cannot be created.
     """
 
-    def __init__(self, root: str | os.PathLike, tier: str = "hot") -> None:
+    def __init__(self, root: str | os.PathLike, tier: str = "hot", *, shared: bool = False,
+                 check: bool = True) -> None:
         self.root = Path(os.path.expanduser(str(root))).resolve()
         self.url = str(self.root)
         self.tier = tier
         try:
+            if check:
+                make_tier_dir(self.root, tier=tier, shared=shared)
             (self.root / _TMP).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BackendError(f"cannot create the {tier} tier directory: {exc}", tier=tier,
