@@ -32,7 +32,7 @@ from tierload.cache.accounting import NodeAccounting
 from tierload.cache.catalog import BlockCatalog
 from tierload.cache.channel import ChannelServer
 from tierload.cache.coordinator_sync import CoordinatorSync
-from tierload.cache.endpoint import channel_address, publish_endpoint, withdraw_endpoint
+from tierload.cache.endpoint import channel_address, clear_stale_endpoint, publish_endpoint, withdraw_endpoint
 from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, Fetcher
 from tierload.cache.hot_tier import HotTier
 from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
@@ -108,6 +108,7 @@ class NodeCache:
         warm = (open_store(self.config.warm.url, "warm", shared=self.config.warm.shared)
                 if self._has_warm and self.config.warm.url else None)
         self._fetcher.start(warm)
+        clear_stale_endpoint(self._hot.dirs[-1])  # a crashed cache's endpoint file and socket
         publish_endpoint(self._hot.dirs[-1], self.endpoint())
         self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {self.node_id}",
                                      methods=CHANNEL_METHODS)

@@ -11,6 +11,7 @@ never share actors.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -51,8 +52,28 @@ def ensure_ray(config: TierloadConfig) -> None:
                      _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
                      object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
                      configure_logging=False)
+            # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
+            atexit.register(_close_node_caches, config.ray.namespace)
     except Exception as exc:  # noqa: BLE001 - Ray raises many types; say what we tried
         raise ServiceError(f"cannot {'join Ray at ' + address if address else 'start a local Ray'}: {exc}") from exc
+
+
+def _close_node_caches(namespace: str) -> None:
+    """At exit of the process that started the local Ray: close its node caches before Ray
+    ends them, so each removes its socket and endpoint file (a killed one leaves them for the
+    next cache on the directory to clear)."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    try:
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if isinstance(a, dict) and a.get("namespace") == namespace
+                 and str(a.get("name", "")).startswith(NODE_CACHE_PREFIX)]
+        pending = [ray.get_actor(name, namespace=namespace).call.remote("close") for name in names]
+        ray.get(pending, timeout=10)
+    except Exception:  # noqa: BLE001 - best effort at exit; leftovers are cleared by the next cache
+        log.debug("could not close the node caches at exit", exc_info=True)
 
 
 def deployment_id(config: TierloadConfig) -> str:

@@ -23,7 +23,8 @@ _TMP = ".tmp"
 TIER_MARKER = ".tierload-tier"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` exists on this machine (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -125,7 +126,7 @@ class LocalDirStore(BlockStore):
         for leftover in (self.root / _TMP).iterdir():
             parts = leftover.name.rsplit(".", 2)
             writer_pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
-            if writer_pid < 0 or not _pid_alive(writer_pid):
+            if writer_pid < 0 or not pid_alive(writer_pid):
                 leftover.unlink(missing_ok=True)
         found: dict[str, int] = {}
         for sub in self.root.iterdir():
