@@ -24,9 +24,10 @@ from tierload.errors import ChannelLostError, MethodNotAllowedError, ServiceErro
 
 log = logging.getLogger(__name__)
 
-# A client has this long to pass the key handshake (a few ms for a real consumer); a silent
-# or slow one is hung up on, and it only ever holds its own thread meanwhile.
-HANDSHAKE_TIMEOUT_S = 5.0
+# A client has this long to pass the key handshake (a few ms for a real consumer, seconds on a
+# badly overloaded machine); a silent or slow one is hung up on, and it only ever holds its own
+# thread meanwhile, so a generous deadline costs no other client anything.
+HANDSHAKE_TIMEOUT_S = 10.0
 # Open connections at most (pending handshakes included): a node's training processes and their
 # DataLoader workers need one each, a few dozen; beyond this a new connection is closed at once.
 MAX_CONNECTIONS = 256
