@@ -83,12 +83,21 @@ class TierUsage:
         stats = os.statvfs(self.path)
         return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
 
+    def _own_pages(self) -> int:
+        """Pages of tierload's own files in the directory (the endpoint, the checksum key), not blocks."""
+        pages = 0
+        for path in (self.path / ENDPOINT_FILE, *self.path.glob(".tierload*")):
+            try:
+                pages += -(-path.stat().st_size // self.PAGE) if path.is_file() else 0
+            except FileNotFoundError:
+                continue
+        return pages
+
     def blocks_now(self, block_bytes: int) -> int | None:
         """How many blocks of ``block_bytes`` the tier holds now (None: no consistent sample)."""
         if self.mounted:
             pages_per_block = -(-block_bytes // self.PAGE)
-            endpoint_pages = 1 if (self.path / ENDPOINT_FILE).exists() else 0
-            return (self._used() - self.baseline) // self.PAGE // pages_per_block - endpoint_pages
+            return (self._used() - self.baseline) // self.PAGE // pages_per_block - self._own_pages()
         first = _files(self.path)
         if first != _files(self.path):
             return None

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from tierload.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.cache.endpoint import ENDPOINT_FILE
+from tierload.checksum_key import local_key
 from tierload.errors import SourceChangedError
 from tierload.stores.local import LocalDirStore
 
@@ -240,12 +241,13 @@ def test_peers_and_the_warm_tier_get_the_stored_frame_not_a_re_encoding(bucket, 
     hot, warm = LocalDirStore(tmp_path / "hot"), LocalDirStore(tmp_path / "warm", tier="warm")
     assert len(hot.scan()) == 8 and len(warm.scan()) == 8
     codecs = Counter()
+    secret = local_key(tmp_path / "hot", create=False)  # the deployment's checksum key
     for key in hot.scan():
         stored, in_warm = hot.read(key), warm.read(key)
         sent = ray.get(cache.call.remote("read_block", key))
-        raw, digest = decode_frame(key, stored)
+        raw, digest = decode_frame(key, stored, secret=secret)
         assert parse_header(key, stored).codec == "raw"  # the hot tier stores raw frames
-        assert decode_frame(key, sent) == decode_frame(key, in_warm) == (raw, digest)
+        assert decode_frame(key, sent, secret=secret) == decode_frame(key, in_warm, secret=secret) == (raw, digest)
         if raw[8:] == bytes(len(raw) - 8):
             assert parse_header(key, sent).codec == parse_header(key, in_warm).codec == "zstd"
             assert sent == in_warm  # one frame: the wire and the warm tier compress alike here

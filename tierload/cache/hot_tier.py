@@ -76,6 +76,7 @@ class HotTier:
         self.in_warm = in_warm
         self.dirty: set[str] = set()    # keys whose residency changed since take_dirty()
         self.levels: list[Level] = []  # made by start()
+        self.secret: bytes | None = None  # the deployment's checksum key, set by the owner's start()
 
     # ------------------------------------------------------------------ set-up
     def start(self) -> None:
@@ -159,7 +160,7 @@ class HotTier:
             store = self.levels[level].store
         try:
             frame = store.read(key)
-            verify_frame(key, frame)
+            verify_frame(key, frame, secret=self.secret)
         except KeyError:
             return None
         except IntegrityError:
@@ -172,7 +173,7 @@ class HotTier:
     # ------------------------------------------------------------------ changes
     def place(self, key: str, raw: bytes, digest: int) -> int | None:
         """Admit a fetched block into the highest level that takes it; its level, or None."""
-        data = encode_frame(key, raw, digest)
+        data = encode_frame(key, raw, digest, secret=self.secret)
         with self.lock:
             now = self.now()
             for index, level in enumerate(self.levels):
@@ -233,7 +234,7 @@ class HotTier:
                         below.index.abort(victim)
             if offer_warm is not None and to_warm:
                 try:
-                    verify_frame(victim, data)  # a corrupt copy must not spread to the shared tier
+                    verify_frame(victim, data, secret=self.secret)  # a corrupt copy must not spread to the shared tier
                 except IntegrityError:
                     continue
                 offer_warm(victim, data)

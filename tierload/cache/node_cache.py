@@ -39,6 +39,7 @@ from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, S
 from tierload.cache.oracle import PlanOracle
 from tierload.cache.stream import Stream
 from tierload.cache.stream_table import StreamTable
+from tierload.checksum_key import adopt_key
 from tierload.config import TierloadConfig, as_config
 from tierload.counts import PinCounts
 from tierload.stores.cold import ColdSource
@@ -94,6 +95,7 @@ class NodeCache:
         self._address = channel_address(node_id, self.hot_dir)
         self._authkey = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
+        self._secret: bytes | None = None  # the deployment's checksum key (tierload.checksum_key)
 
     def start(self) -> NodeCache:
         """Adopt the hot tier on disk, open the warm tier, publish the endpoint, serve, prefetch.
@@ -108,6 +110,12 @@ class NodeCache:
         warm = (open_store(self.config.warm.url, "warm", shared=self.config.warm.shared)
                 if self._has_warm and self.config.warm.url else None)
         self._fetcher.start(warm)
+        call = self._coordinator_call
+        self._secret = adopt_key(warm.url if warm is not None else None, self._hot.dirs[-1],
+                                 agree=(lambda offered: call("checksum_key", offered)) if call is not None else None)
+        for part in (self._hot, self._fetcher, self._sync):
+            if part is not None:
+                part.secret = self._secret
         clear_stale_endpoint(self._hot.dirs[-1])  # a crashed cache's endpoint file and socket
         publish_endpoint(self._hot.dirs[-1], self.endpoint())
         self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {self.node_id}",
@@ -231,7 +239,8 @@ class NodeCache:
                 return ("hot", found)
             raw = found
         # The staged bytes are the ones fetched and checked; the frame carries their checksum anew.
-        frame = encode_frame(key, raw, fmt=FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio))
+        frame = encode_frame(key, raw, fmt=FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio),
+                             secret=self._secret)
         with self._cond:
             self._accounting.tally(stream, {"wire_raw_bytes": len(raw), "wire_sent_bytes": len(frame) - HEADER_SIZE})
         return ("wire", frame)
@@ -261,7 +270,8 @@ class NodeCache:
         stored = self._hot.read_frame(key)
         if stored is None:
             return None
-        frame = recode(key, stored, FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio))
+        frame = recode(key, stored, FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio),
+                       secret=self._secret)
         header = parse_header(key, frame)
         with self._cond:
             self._accounting.tally(None, {"peer_served": 1, "wire_raw_bytes": header.raw_size,
