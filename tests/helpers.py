@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.cache.ownership import OWNER_FILE
 
 
 def put_indexed_objects(fs, prefix: str, count: int, *, size: int = 0, classes: int = 1) -> list[bytes]:
@@ -45,7 +44,7 @@ def _block_file_sizes(path: Path) -> dict[int, int]:
     sizes = {}
     for root, _dirs, files in os.walk(path):
         for file in files:
-            if file in (ENDPOINT_FILE, OWNER_FILE):
+            if file == ENDPOINT_FILE or file.startswith(".tierload"):  # tierload's own files, not blocks
                 continue
             try:
                 info = os.stat(os.path.join(root, file))
@@ -84,13 +83,21 @@ class TierUsage:
         stats = os.statvfs(self.path)
         return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
 
+    def _own_pages(self) -> int:
+        """Pages of tierload's own files in the directory (the endpoint, the checksum key), not blocks."""
+        pages = 0
+        for path in (self.path / ENDPOINT_FILE, *self.path.glob(".tierload*")):
+            try:
+                pages += -(-path.stat().st_size // self.PAGE) if path.is_file() else 0
+            except FileNotFoundError:
+                continue
+        return pages
+
     def blocks_now(self, block_bytes: int) -> int | None:
         """How many blocks of ``block_bytes`` the tier holds now (None: no consistent sample)."""
         if self.mounted:
             pages_per_block = -(-block_bytes // self.PAGE)
-            endpoint_pages = sum(-(-(self.path / name).stat().st_size // self.PAGE)
-                                 for name in (ENDPOINT_FILE, OWNER_FILE) if (self.path / name).exists())
-            return (self._used() - self.baseline) // self.PAGE // pages_per_block - endpoint_pages
+            return (self._used() - self.baseline) // self.PAGE // pages_per_block - self._own_pages()
         first = _files(self.path)
         if first != _files(self.path):
             return None

@@ -151,7 +151,8 @@ def test_b11_a_stream_cut_halfway_leaves_nothing_behind_and_is_retried(s3, bucke
 def tiny_disk(tmp_path):
     mount = tmp_path / "tiny"
     mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
+                          capture_output=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tiny tmpfs here to fill a disk: {proc.stderr.decode().strip()}")
     yield mount

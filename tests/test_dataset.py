@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from tierload.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.cache.ownership import OWNER_FILE
+from tierload.checksum_key import local_key
 from tierload.errors import SourceChangedError
 from tierload.stores.local import LocalDirStore
 
@@ -101,7 +101,7 @@ def tier_mounts(tmp_path):
     mounted = []
     for name in ("hot", "warm"):
         (tmp_path / name).mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(tmp_path / name)],
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", str(tmp_path / name)],
                               capture_output=True)
         if proc.returncode == 0:
             mounted.append(tmp_path / name)
@@ -154,7 +154,8 @@ def test_corrupted_hot_block_is_detected_and_refetched(bucket, tier_config, make
     dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None), layout="files")
     assert sorted(indices(loader_for(dataset))) == list(range(10))
     files = sorted(p for p in (tmp_path / "hot").rglob("*")
-                   if p.is_file() and ".tmp" not in p.parts and p.name not in (ENDPOINT_FILE, OWNER_FILE))
+                   if p.is_file() and ".tmp" not in p.parts and p.name != ENDPOINT_FILE
+                   and not p.name.startswith(".tierload"))
     assert len(files) == 10
     victim = files[3]
     data = bytearray(victim.read_bytes())
@@ -240,12 +241,13 @@ def test_peers_and_the_warm_tier_get_the_stored_frame_not_a_re_encoding(bucket, 
     hot, warm = LocalDirStore(tmp_path / "hot"), LocalDirStore(tmp_path / "warm", tier="warm")
     assert len(hot.scan()) == 8 and len(warm.scan()) == 8
     codecs = Counter()
+    secret = local_key(tmp_path / "hot", create=False)  # the deployment's checksum key
     for key in hot.scan():
         stored, in_warm = hot.read(key), warm.read(key)
         sent = ray.get(cache.call.remote("read_block", key))
-        raw, digest = decode_frame(key, stored)
+        raw, digest = decode_frame(key, stored, secret=secret)
         assert parse_header(key, stored).codec == "raw"  # the hot tier stores raw frames
-        assert decode_frame(key, sent) == decode_frame(key, in_warm) == (raw, digest)
+        assert decode_frame(key, sent, secret=secret) == decode_frame(key, in_warm, secret=secret) == (raw, digest)
         if raw[8:] == bytes(len(raw) - 8):
             assert parse_header(key, sent).codec == parse_header(key, in_warm).codec == "zstd"
             assert sent == in_warm  # one frame: the wire and the warm tier compress alike here

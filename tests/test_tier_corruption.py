@@ -13,15 +13,20 @@ from torch.utils.data import DataLoader
 
 from tierload.blockfile import HEADER_SIZE, FrameFormat, decode_frame, encode_frame, parse_header, verify_frame
 from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.cache.ownership import OWNER_FILE
+from tierload.checksum_key import local_key
 from tierload.errors import IntegrityError
 
 _CODEC_BYTE = 4  # after the 4-byte magic
 
 
+def deployment_secret(tmp_path: Path) -> bytes:
+    """The deployment's checksum key, from the copy the node cache keeps in its hot directory."""
+    return local_key(tmp_path / "hot", create=False)
+
+
 def block_files(path: Path) -> list[Path]:
-    return sorted(p for p in path.rglob("*")
-                  if p.is_file() and ".tmp" not in p.parts and p.name not in (ENDPOINT_FILE, OWNER_FILE))
+    return sorted(p for p in path.rglob("*") if p.is_file() and ".tmp" not in p.parts and p.name != ENDPOINT_FILE
+                  and not p.name.startswith(".tierload"))
 
 
 def epoch_samples(dataset, epoch: int) -> list[tuple[int, bytes]]:
@@ -51,7 +56,7 @@ def test_hot_block_with_a_flipped_codec_byte_is_dropped_and_refetched(bucket, ti
     assert_exactly_once(epoch_samples(dataset, 1), payloads)
     stats = dataset.epoch_stats(1)
     assert stats["integrity_failures"] == 1 and stats["cold_gets"] == 1
-    decode_frame(victim.name, victim.read_bytes())  # the copy in place now is a good one
+    decode_frame(victim.name, victim.read_bytes(), secret=deployment_secret(tmp_path))  # now a good one
     assert_exactly_once(epoch_samples(dataset, 2), payloads)
     assert dataset.epoch_stats(2).get("integrity_failures", 0) == 0
 
@@ -72,7 +77,7 @@ def test_hot_block_with_a_bad_codec_byte_is_refetched_from_the_warm_tier(bucket,
     assert_exactly_once(epoch_samples(dataset, 1), payloads)
     stats = dataset.epoch_stats(1)
     assert stats["integrity_failures"] == 1 and stats.get("cold_gets", 0) == 0  # the warm copy served it
-    decode_frame(victim.name, victim.read_bytes())
+    decode_frame(victim.name, victim.read_bytes(), secret=deployment_secret(tmp_path))
 
 
 def test_every_single_bit_flip_of_a_zstd_frame_is_an_integrity_error_or_harmless():
@@ -113,7 +118,7 @@ def test_warm_block_with_a_flipped_bit_in_its_zstd_payload_is_dropped_and_refetc
     data[HEADER_SIZE + (len(data) - HEADER_SIZE) // 2] ^= 0x10  # one bit inside the zstd payload
     victim.write_bytes(bytes(data))
     try:
-        decode_frame(victim.name, bytes(data))
+        decode_frame(victim.name, bytes(data), secret=deployment_secret(tmp_path))
     except IntegrityError:
         pass
     else:
@@ -123,7 +128,7 @@ def test_warm_block_with_a_flipped_bit_in_its_zstd_payload_is_dropped_and_refetc
     assert stats["integrity_failures"] == 1 and stats["cold_gets"] == 1
     land_warm_writes(dataset)
     if victim.exists():  # rewritten from the cold copy: a good frame, never the bad one
-        decode_frame(victim.name, victim.read_bytes())
+        decode_frame(victim.name, victim.read_bytes(), secret=deployment_secret(tmp_path))
         assert victim.read_bytes() != bytes(data)
     assert_exactly_once(epoch_samples(dataset, 2), payloads)
     assert dataset.epoch_stats(2).get("integrity_failures", 0) == 0

@@ -5,10 +5,12 @@ peer node returns and what is written to the warm tier; moving a block copies it
 re-encodes it only where the destination stores another codec (:func:`recode`).
 
 Header (little-endian): magic ``b"TLB1"``, codec (0 raw, 1 zstd), 3 reserved bytes,
-xxh3-64 of the block key, raw size, stored size, xxh3-64 of the raw bytes. The checksum
+xxh3-64 of the block key, raw size, stored size, checksum of the raw bytes. The checksum
 is the one taken when the block left the cold tier; it travels with the block into every
 tier, so a copy read from warm or hot is verified against the original bytes. The key
-hash catches a file stored under the wrong name; the sizes catch truncation.
+hash catches a file stored under the wrong name; the sizes catch truncation. The checksum
+is keyed with the deployment's secret (``secret=``, :mod:`tierload.checksum_key`): a file
+with a valid header but bytes tierload did not write fails its check like any corrupt copy.
 """
 
 from __future__ import annotations
@@ -82,20 +84,22 @@ def _pack(key: str, codec: str, raw_size: int, payload: bytes | memoryview, dige
 
 
 def encode_frame(key: str, raw: bytes | memoryview, digest: int | None = None,
-                 fmt: FrameFormat = RAW) -> bytes:
+                 fmt: FrameFormat = RAW, *, secret: bytes | None = None) -> bytes:
     """Frame raw block bytes.
 
     Args:
         key: The block key the frame belongs to.
         raw: The block's bytes as they came from the cold tier.
-        digest: xxh3-64 recorded when the block left the cold tier (computed if None).
+        digest: The checksum recorded when the block left the cold tier (computed with
+            ``secret`` if None).
         fmt: The destination's format; with ``fmt.zstd_level`` the payload is stored zstd
             when that pays (:func:`tierload.codec.compress_if_it_pays`), raw otherwise.
+        secret: The deployment's checksum key (None: unkeyed xxh3-64).
 
     Returns:
         Header + payload bytes.
     """
-    digest = checksum(raw) if digest is None else digest
+    digest = checksum(raw, secret) if digest is None else digest
     if fmt.zstd_level is not None:
         packed = compress_if_it_pays(raw, fmt.zstd_level, fmt.min_ratio)
         if packed is not None:
@@ -144,27 +148,29 @@ def _raw_payload(key: str, header: FrameHeader, payload: memoryview) -> bytes | 
         raise IntegrityError(f"zstd payload does not decode ({exc})", key=key) from exc
 
 
-def _verified_raw(key: str, frame: bytes | memoryview) -> tuple[FrameHeader, bytes | memoryview]:
+def _verified_raw(key: str, frame: bytes | memoryview,
+                  secret: bytes | None) -> tuple[FrameHeader, bytes | memoryview]:
     header = parse_header(key, frame)
     raw = _raw_payload(key, header, memoryview(frame)[HEADER_SIZE:])
-    if len(raw) != header.raw_size or checksum(raw) != header.checksum:
+    if len(raw) != header.raw_size or checksum(raw, secret) != header.checksum:
         raise IntegrityError("stored block does not match the checksum taken when it left the cold tier",
                              key=key)
     return header, raw
 
 
-def decode_frame(key: str, frame: bytes | memoryview) -> tuple[bytes, int]:
-    """Verify a frame and return ``(raw_bytes, checksum)``.
+def decode_frame(key: str, frame: bytes | memoryview, *, secret: bytes | None = None) -> tuple[bytes, int]:
+    """Verify a frame (with the deployment's ``secret``, see :func:`encode_frame`) and return
+    ``(raw_bytes, checksum)``.
 
     Raises:
         IntegrityError: The header is wrong, the payload does not decode (bad zstd, wrong
             codec byte) or does not match its checksum: any copy that does not decode is corrupt.
     """
-    header, raw = _verified_raw(key, frame)
+    header, raw = _verified_raw(key, frame, secret)
     return bytes(raw), header.checksum
 
 
-def verify_frame(key: str, frame: bytes | memoryview) -> FrameHeader:
+def verify_frame(key: str, frame: bytes | memoryview, *, secret: bytes | None = None) -> FrameHeader:
     """Check a frame against its checksum without copying it (a raw payload is hashed in place).
 
     Returns:
@@ -173,15 +179,16 @@ def verify_frame(key: str, frame: bytes | memoryview) -> FrameHeader:
     Raises:
         IntegrityError: As :func:`decode_frame`.
     """
-    return _verified_raw(key, frame)[0]
+    return _verified_raw(key, frame, secret)[0]
 
 
-def recode(key: str, frame: bytes, fmt: FrameFormat) -> bytes:
+def recode(key: str, frame: bytes, fmt: FrameFormat, *, secret: bytes | None = None) -> bytes:
     """``frame`` in the codec of a destination whose format is ``fmt``; the same bytes when
     its codec already is that format's (nothing is decoded or re-encoded then).
 
     A raw frame is compressed for a compressing format only when that pays; a zstd frame is
-    decoded (and so verified) for a raw format. The checksum is carried, never recomputed.
+    decoded (and so verified, with the deployment's ``secret``) for a raw format. The
+    checksum is carried, never recomputed.
 
     Raises:
         IntegrityError: The header is wrong, or a zstd payload that must be decoded is corrupt.
@@ -191,6 +198,6 @@ def recode(key: str, frame: bytes, fmt: FrameFormat) -> bytes:
         packed = compress_if_it_pays(memoryview(frame)[HEADER_SIZE:], fmt.zstd_level, fmt.min_ratio)
         return frame if packed is None else _pack(key, "zstd", header.raw_size, packed, header.checksum)
     if header.codec == "zstd" and fmt.zstd_level is None:
-        raw, digest = decode_frame(key, frame)
+        raw, digest = decode_frame(key, frame, secret=secret)
         return _pack(key, "raw", len(raw), raw, digest)
     return frame

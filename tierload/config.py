@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tierload.errors import ConfigError
@@ -90,6 +90,9 @@ class WarmConfig(_Frozen):
     # A warm tier that refused a write (read-only, full, no permission) admits nothing for this
     # long; then one write is tried again, so a tier that is writable again is used again.
     write_retry_s: float = Field(default=30.0, gt=0)
+    # A local warm directory shared on purpose (other users or a group may write it): skip the
+    # check that refuses one another user owns or group/others may write (tierload.stores.dir_trust).
+    shared: bool = False
 
     _parse_sizes = field_validator("capacity_bytes", mode="before")(_bytes_field)
 
@@ -98,12 +101,14 @@ class HotConfig(_Frozen):
     """The node-local hot tier: a directory, plus an optional RAM level.
 
     ``dir`` may contain ``{node}``, replaced by the Ray node id (several simulated nodes on one
-    machine need distinct directories). ``peer_copy_min_count``: a block another node already
+    machine need distinct directories), and ``{uid}``, replaced by the user id when the config
+    is built (the default is per user: a fixed name under ``/tmp`` could be taken by anyone).
+    ``peer_copy_min_count``: a block another node already
     holds is served from that peer and copied here only once its local decayed access count
     reaches this (so a cluster whose hot tiers together fit the data set holds each block once).
     """
 
-    dir: str = "/tmp/tierload-hot"
+    dir: str = Field(default="/tmp/tierload-{uid}/hot", validate_default=True)
     capacity_bytes: int = 2 * 2**30
     ram_capacity_bytes: int = 0
     peer_copy_min_count: float = Field(default=3.0, ge=0)
@@ -111,8 +116,16 @@ class HotConfig(_Frozen):
     # A hot level that refused a write (read-only, no permission) admits nothing for this long;
     # a full one (ENOSPC) has its capacity lowered to what it holds and checked again as often.
     write_retry_s: float = Field(default=30.0, gt=0)
+    # The hot directory is shared on purpose: skip the check that refuses one another user owns
+    # or group/others may write (tierload.stores.dir_trust).
+    shared: bool = False
 
     _parse_sizes = field_validator("capacity_bytes", "ram_capacity_bytes", mode="before")(_bytes_field)
+
+    @field_validator("dir")
+    @classmethod
+    def _per_user(cls, value: str) -> str:
+        return value.replace("{uid}", str(os.geteuid()))
 
 
 class PrefetchConfig(_Frozen):
@@ -276,6 +289,13 @@ class TierloadConfig(_Frozen):
     manifest: ManifestConfig = ManifestConfig()
     ray: RayConfig = RayConfig()
     cost: CostConfig = CostConfig()
+
+    @model_validator(mode="after")
+    def _tiers_apart(self) -> "TierloadConfig":
+        from tierload.tier_dirs import check_tiers_apart
+
+        check_tiers_apart(self.hot.dir, self.warm.url)  # ConfigError is a ValueError: reported with the rest
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for YAML, JSON and shipping to actors)."""

@@ -55,6 +55,7 @@ from tierload.resume import ResumeTracker
 from tierload.stall import StallMeter, report_epoch, report_progress
 from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
 from tierload.stores.cold import ColdLocation, ColdSource, canonical_url
+from tierload.tier_dirs import check_source_apart
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,8 @@ class TieredDataset(IterableDataset):
             overrides["ray"] = {"address": address}
         self.config = load_config(config, overrides=overrides)
         self.url = canonical_url(url)  # s3a://, doubled or trailing slashes: one dataset, one manifest
+        check_source_apart(self.url, {"hot.dir": self.config.hot.dir, "warm.url": self.config.warm.url,
+                                      "manifest.cache_dir": self.config.manifest.cache_dir})
         self.shuffle = shuffle
         self.transform = transform
         self.batch_size = batch_size

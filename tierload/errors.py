@@ -5,7 +5,8 @@ would naturally catch, so ``except ValueError`` still works for bad config::
 
     TierloadError
     ├── ConfigError(ValueError)            bad value in config, YAML, CLI or arguments
-    │   └── CapacityParseError             "ten gigs" is not a capacity
+    │   ├── CapacityParseError             "ten gigs" is not a capacity
+    │   └── UntrustedDirError              a tier dir another user owns or may write (not shared on purpose)
     ├── CapacityError(RuntimeError)         a block cannot fit in any tier that must hold it
     ├── IntegrityError(IOError)            checksum or block-file header mismatch
     ├── BackendError(OSError)              a storage backend failed (translated SDK error)
@@ -77,6 +78,11 @@ class ConfigError(TierloadError, ValueError):
 
 class CapacityParseError(ConfigError):
     """A capacity string could not be parsed as a number of bytes."""
+
+
+class UntrustedDirError(ConfigError):
+    """A tier directory another user owns, or group/others may write, and the config does not
+    say it is shared on purpose (``hot.shared`` / ``warm.shared``)."""
 
 
 class CapacityError(TierloadError, RuntimeError):

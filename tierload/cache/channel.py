@@ -13,38 +13,60 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import traceback
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any
 
 from tierload.errors import ChannelLostError, MethodNotAllowedError, ServiceError, TierloadError
 
 log = logging.getLogger(__name__)
 
+# A client has this long to pass the key handshake (a few ms for a real consumer, seconds on a
+# badly overloaded machine); a silent or slow one is hung up on, and it only ever holds its own
+# thread meanwhile, so a generous deadline costs no other client anything.
+HANDSHAKE_TIMEOUT_S = 10.0
+# Open connections at most (pending handshakes included): a node's training processes and their
+# DataLoader workers need one each, a few dozen; beyond this a new connection is closed at once.
+MAX_CONNECTIONS = 256
+_LISTEN_BACKLOG = 128
+
 
 class ChannelServer:
-    """Serves method calls on ``target`` to local clients, one thread per connection.
+    """Serves method calls on ``target`` to local clients, each connection on its own thread.
+
+    The accept loop only accepts: the key handshake runs on the connection's own thread under
+    a deadline (``handshake_timeout_s``), so a client that stays silent, sends garbage or
+    holds the wrong key never delays another connection.
 
     Args:
         target: Object whose methods are served.
-        address: Unix socket path.
+        address: Unix socket path, or a Linux abstract-namespace name (starting with NUL).
         authkey: Shared secret (bytes) clients must present.
         where: Description of the serving process, attached to errors sent back.
         methods: The names of the methods of ``target`` clients may call (the allow-list);
             a call to any other name is refused with :class:`MethodNotAllowedError`.
+        handshake_timeout_s: Seconds a new connection has to pass the key handshake.
+        max_connections: Open connections at most; more are closed as soon as accepted.
     """
 
-    def __init__(self, target: Any, address: str, authkey: bytes, where: str, methods: frozenset[str]) -> None:
+    def __init__(self, target: Any, address: str, authkey: bytes, where: str, methods: frozenset[str], *,
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> None:
         self.target = target
         self.address = address
         self.authkey = authkey
         self.where = where
         self.methods = frozenset(methods)
-        if os.path.exists(address):
+        self.handshake_timeout_s = handshake_timeout_s
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+        if not _is_abstract(address) and os.path.exists(address):
             os.unlink(address)  # a stale socket of a dead actor on the same path
-        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._socket.bind(address)
+        self._socket.listen(_LISTEN_BACKLOG)
         self._closed = False
         self._thread = threading.Thread(target=self._accept_loop, name="tierload-channel", daemon=True)
         self._thread.start()
@@ -52,53 +74,109 @@ class ChannelServer:
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                conn = self._listener.accept()
-            except (OSError, EOFError):
+                sock, _ = self._socket.accept()
+            except OSError:
                 if self._closed:
                     return
                 continue
-            except Exception:  # noqa: BLE001 - a bad handshake must not stop the server
-                log.debug("rejected a channel connection", exc_info=True)
+            if not self._slots.acquire(blocking=False):
+                log.warning("%s: refused a channel connection: %d connections are open already",
+                            self.where, self.max_connections)
+                sock.close()
                 continue
-            threading.Thread(target=self._serve, args=(conn,), name="tierload-channel-conn", daemon=True).start()
+            threading.Thread(target=self._handle, args=(sock,), name="tierload-channel-conn", daemon=True).start()
+
+    def _handle(self, sock: socket.socket) -> None:
+        try:
+            conn = self._authenticate(sock)
+            if conn is not None:
+                with conn:
+                    self._serve(conn)
+        finally:
+            self._slots.release()
+
+    def _authenticate(self, sock: socket.socket) -> Connection | None:
+        """The connection once the client proved it holds the key, or None (hung up on)."""
+        conn = Connection(os.dup(sock.fileno()))
+        undecided = threading.Lock()  # whoever takes it first decides: the handshake or the deadline
+
+        def hang_up() -> None:
+            if undecided.acquire(blocking=False):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the handshake's blocked read
+
+        timer = threading.Timer(self.handshake_timeout_s, hang_up)
+        timer.daemon = True
+        timer.start()
+        try:
+            deliver_challenge(conn, self.authkey)
+            answer_challenge(conn, self.authkey)
+            passed = undecided.acquire(blocking=False)
+        except (OSError, EOFError, AuthenticationError) as exc:
+            log.info("%s: rejected a channel connection: %s", self.where, exc or type(exc).__name__)
+            passed = False
+        finally:
+            timer.cancel()
+            sock.close()  # ``conn`` holds its own descriptor of the socket
+        if not passed:
+            conn.close()
+            return None
+        return conn
 
     def _serve(self, conn: Connection) -> None:
-        with conn:
-            while True:
+        while True:
+            try:
+                oneway, method, args, kwargs = conn.recv()
+            except (EOFError, OSError):
+                return
+            except Exception:  # noqa: BLE001 - a message that does not unpickle ends this connection only
+                log.warning("%s: dropped a channel connection that sent a malformed message", self.where,
+                            exc_info=True)
+                return
+            reply = self._dispatch(oneway, method, args, kwargs)
+            if not oneway:
                 try:
-                    oneway, method, args, kwargs = conn.recv()
-                except (EOFError, OSError):
+                    conn.send(reply)
+                except (OSError, EOFError):
                     return
-                try:
-                    if method not in self.methods:
-                        raise MethodNotAllowedError(f"{method!r} is not served over this channel; it serves "
-                                                    f"{', '.join(sorted(self.methods))}", where=self.where)
-                    result = getattr(self.target, method)(*args, **kwargs)
-                    reply = (True, result)
-                except Exception as exc:  # noqa: BLE001 - every error goes back to the caller
-                    error: Exception
-                    if isinstance(exc, TierloadError):
-                        exc.remote_traceback = traceback.format_exc()
-                        error = exc
-                    else:
-                        error = ServiceError(f"{type(exc).__name__}: {exc}", where=self.where,
-                                             remote_traceback=traceback.format_exc())
-                    reply = (False, error)
-                    if oneway:
-                        log.error("one-way call %s failed in %s: %s", method, self.where, exc, exc_info=True)
-                if not oneway:
-                    try:
-                        conn.send(reply)
-                    except (OSError, EOFError):
-                        return
+
+    def _dispatch(self, oneway: bool, method: str, args, kwargs) -> tuple[bool, Any]:
+        try:
+            if method not in self.methods:
+                raise MethodNotAllowedError(f"{method!r} is not served over this channel; it serves "
+                                            f"{', '.join(sorted(self.methods))}", where=self.where)
+            return True, getattr(self.target, method)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every error goes back to the caller
+            error: Exception
+            if isinstance(exc, TierloadError):
+                exc.remote_traceback = traceback.format_exc()
+                error = exc
+            else:
+                error = ServiceError(f"{type(exc).__name__}: {exc}", where=self.where,
+                                     remote_traceback=traceback.format_exc())
+            if oneway:
+                log.error("one-way call %s failed in %s: %s", method, self.where, exc, exc_info=True)
+            return False, error
 
     def close(self) -> None:
+        """Stop accepting and remove the socket file (connections already open finish their call)."""
         self._closed = True
         try:
-            self._listener.close()
+            self._socket.shutdown(socket.SHUT_RDWR)  # wakes the accept loop
+        except OSError:
+            pass
+        try:
+            self._socket.close()
         finally:
-            if os.path.exists(self.address):
-                os.unlink(self.address)
+            if not _is_abstract(self.address):
+                try:
+                    os.unlink(self.address)
+                except FileNotFoundError:
+                    pass
+
+
+def _is_abstract(address: str) -> bool:
+    """Whether ``address`` names a socket in Linux's abstract namespace (no file behind it)."""
+    return address.startswith("\0")
 
 
 class ChannelClient:

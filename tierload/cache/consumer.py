@@ -24,6 +24,7 @@ from tierload.blockfile import decode_frame
 from tierload.blocks import Block
 from tierload.cache.channel import ChannelClient
 from tierload.cache.messages import Endpoint
+from tierload.checksum_key import deployment_key, local_key
 from tierload.config import TierloadConfig
 from tierload.errors import ChannelLostError, IntegrityError, StreamNotOpenError
 from tierload.packs import read_cold
@@ -46,7 +47,8 @@ class DirectSource:
     def __init__(self, config: TierloadConfig, cold: ColdLocation, blocks: dict[str, Block]) -> None:
         self.blocks = blocks
         self.cold = ColdSource(cold, config.cold)
-        self.warm = open_store(config.warm.url, "warm") if config.warm.url else None
+        self.warm = open_store(config.warm.url, "warm", shared=config.warm.shared) if config.warm.url else None
+        self.secret = deployment_key(self.warm.url, config.hot.dir) if self.warm is not None else None
 
     def read(self, key: str) -> bytes:
         """The raw bytes of ``key``, verified when they come from the warm tier.
@@ -56,7 +58,7 @@ class DirectSource:
         """
         if self.warm is not None:
             try:
-                return decode_frame(key, self.warm.read(key))[0]
+                return decode_frame(key, self.warm.read(key), secret=self.secret)[0]
             except (KeyError, IntegrityError):
                 pass
         return read_cold(self.cold, self.blocks[key])
@@ -147,9 +149,12 @@ class BlockReader:
     def __init__(self, link: NodeLink, *, reopen: Callable[[NodeLink], None] | None = None,
                  direct: Callable[[], DirectSource] | None = None) -> None:
         self.link = link
-        self.levels = [LocalDirStore(Path(path), tier="hot") for path in link.hot_dirs]
+        self.levels = [LocalDirStore(Path(path), tier="hot", check=False)  # the node cache checked them
+                       for path in link.hot_dirs]
         self.reopen = reopen
         self.direct = direct
+        # The deployment's checksum key: the node cache keeps a copy beside its endpoint.
+        self.secret = local_key(link.hot_dirs[-1], create=False)
         self.stats = Counter(direct_hits=0, misses=0, reconnects=0, fallback_reads=0, reopened_streams=0)
         self._direct: DirectSource | None = None
         self._lost = False
@@ -162,7 +167,7 @@ class BlockReader:
             except KeyError:
                 continue
             try:
-                return decode_frame(key, stored)[0], False
+                return decode_frame(key, stored, secret=self.secret)[0], False
             except IntegrityError:
                 log.warning("hot copy of block %s failed its checksum; asking the node cache to refetch", key)
                 return None, True
@@ -206,7 +211,7 @@ class BlockReader:
                 return self._read_directly(key)
             self._lost = False
             if kind == "wire":
-                return decode_frame(key, value)[0]
+                return decode_frame(key, value, secret=self.secret)[0]
             raw, corrupt = self._read_hot(key, self.levels[value:value + 1])
             if raw is not None:
                 return raw

@@ -82,6 +82,7 @@ class Coordinator:
         self._now = 0.0
         self._accesses = 0.0
         self._exporter: PeriodicExporter | None = None  # started by start()
+        self._checksum_key: bytes | None = None
 
     def start(self) -> Coordinator:
         """Open the warm tier and adopt the blocks it holds (the overflow beyond capacity is deleted).
@@ -92,7 +93,8 @@ class Coordinator:
         Raises:
             BackendError: The warm tier cannot be listed.
         """
-        store = open_warm_or_none(self.config.warm.url) if self._index is not None else None
+        store = (open_warm_or_none(self.config.warm.url, shared=self.config.warm.shared)
+                 if self._index is not None else None)
         if store is not None and self._index is not None:
             if store.local_path is not None:
                 warn_if_larger_than_file_system("warm", store.local_path, self._index.capacity_bytes)
@@ -108,6 +110,23 @@ class Coordinator:
 
     def ready(self) -> bool:
         return True
+
+    def checksum_key(self, offered: bytes) -> bytes:
+        """The deployment's checksum key, one for every node (:mod:`tierload.checksum_key`).
+
+        The warm tier's key when there is a warm tier; else the first key a node offers (each
+        node keeps the key in its hot directory and offers it, so a restarted coordinator
+        adopts the same one again and the nodes' hot copies and peer frames stay valid).
+
+        Raises:
+            IntegrityError: The warm tier's key file does not hold a key.
+        """
+        from tierload.checksum_key import deployment_key
+
+        with self._lock:
+            if self._checksum_key is None:
+                self._checksum_key = deployment_key(self.config.warm.url, "") if self.config.warm.url else offered
+            return self._checksum_key
 
     def _make_policy(self, policy):
         return make_policy(policy.eviction, counter=self._counter, get_cost_bytes=policy.get_cost_bytes)

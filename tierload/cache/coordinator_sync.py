@@ -87,6 +87,7 @@ class CoordinatorSync:
         self.now = now
         self.warm_store = warm_store
         self.warm_format = FrameFormat(compress_level)  # warm capacity is what compression saves
+        self.secret: bytes | None = None  # the deployment's checksum key, set by the owner's start()
         self.max_pending_bytes = max_pending_bytes
         self.interval_s = interval_s
         self.known_warm: set[str] = set()
@@ -129,7 +130,7 @@ class CoordinatorSync:
         """
         if self.warm_store is None or key in self.known_warm:
             return
-        self._queue(key, encode_frame(key, raw, digest, self.warm_format))
+        self._queue(key, encode_frame(key, raw, digest, self.warm_format, secret=self.secret))
 
     def offer_warm(self, key: str, frame: bytes) -> None:
         """Propose a block's frame (e.g. one the hot tier evicts) for the warm tier; the frame is
@@ -140,7 +141,7 @@ class CoordinatorSync:
         """
         if self.warm_store is None or key in self.known_warm:
             return
-        self._queue(key, recode(key, frame, self.warm_format))
+        self._queue(key, recode(key, frame, self.warm_format, secret=self.secret))
 
     def _queue(self, key: str, data: bytes) -> None:
         with self._lock:

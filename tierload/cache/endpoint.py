@@ -1,26 +1,69 @@
-"""Where consumers find their node's cache: a Unix socket path and an endpoint file.
+"""Where consumers find their node's cache: a Unix socket and an endpoint file, both in the
+cache's (private) hot directory.
 
 The cache publishes its :class:`~tierload.cache.messages.Endpoint` in its hot directory (an
 owner-only JSON file), so a consumer whose cache restarted finds the new one without Ray.
+The socket lives beside it, so only the directory's owner can reach it; where that path is
+longer than a socket path may be, it is a name in Linux's abstract namespace instead (no file;
+the channel's key and handshake deadline still guard it). A cache closed cleanly removes both;
+one that crashed leaves them, and the next cache on the directory clears them
+(:func:`clear_stale_endpoint`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import tempfile
+import stat
 
 import xxhash
 
 from tierload.cache.messages import Endpoint
+from tierload.stores.local import pid_alive
+
+log = logging.getLogger(__name__)
 
 ENDPOINT_FILE = ".endpoint.json"
+SOCKET_FILE = ".tierload-channel.sock"
+# Linux's sockaddr_un.sun_path holds 108 bytes, the terminating NUL included (unix(7)).
+_SUN_PATH_MAX = 107
 
 
 def channel_address(node_id: str, hot_dir: str) -> str:
-    """Unix socket path of a node cache (short: socket paths are limited to ~107 bytes)."""
-    ident = xxhash.xxh3_64_hexdigest(f"{node_id}\x00{os.path.abspath(os.path.expanduser(hot_dir))}".encode())
-    return os.path.join(tempfile.gettempdir(), f"tierload-{ident}.sock")
+    """The node cache's socket: :data:`SOCKET_FILE` in ``hot_dir``, or an abstract-namespace name
+    (starting with NUL) when that path is longer than :data:`_SUN_PATH_MAX` bytes."""
+    directory = os.path.abspath(os.path.expanduser(hot_dir))
+    path = os.path.join(directory, SOCKET_FILE)
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        return path
+    return "\0tierload-" + xxhash.xxh3_64_hexdigest(f"{node_id}\x00{directory}".encode())
+
+
+def clear_stale_endpoint(hot_dir) -> Endpoint | None:
+    """Remove what a crashed cache left in ``hot_dir``: its endpoint file and its socket.
+
+    Only when the process the endpoint names is gone; a live owner's files are left alone.
+
+    Returns:
+        The stale endpoint that was cleared, or None.
+    """
+    endpoint = read_endpoint(hot_dir)
+    if endpoint is None or pid_alive(endpoint.pid):
+        return None
+    if not endpoint.address.startswith("\0"):
+        try:
+            if stat.S_ISSOCK(os.lstat(endpoint.address).st_mode):
+                os.unlink(endpoint.address)
+        except FileNotFoundError:
+            pass
+    try:
+        os.unlink(os.path.join(str(hot_dir), ENDPOINT_FILE))
+    except FileNotFoundError:
+        pass
+    log.info("cleared the endpoint and socket %r of a node cache that is gone (pid %d)", endpoint.address,
+             endpoint.pid)
+    return endpoint
 
 
 def publish_endpoint(hot_dir, endpoint: Endpoint) -> None:

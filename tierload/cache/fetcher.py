@@ -104,6 +104,7 @@ class Fetcher:
         self._sync = sync
         self._peer_call = peer_call
         self._warm: BlockStore | None = None
+        self.secret: bytes | None = None  # the deployment's checksum key, set by the owner's start()
         self._inflight: dict[str, _Fetch] = {}
         self._staged: dict[str, bytes] = {}
         self._failed: dict[str, _FailedFetch] = {}
@@ -255,7 +256,8 @@ class Fetcher:
             if answer is None:
                 continue  # the peer evicted it since the holder map was updated
             try:
-                raw, digest = decode_frame(key, answer)  # verified once; a raw frame's payload as-is
+                # verified once; a raw frame's payload as-is
+                raw, digest = decode_frame(key, answer, secret=self.secret)
             except IntegrityError:
                 tally["integrity_failures"] += 1
                 log.warning("block %s from peer %s failed its checksum; not used", key, node)
@@ -279,7 +281,7 @@ class Fetcher:
             log.warning("warm tier read of %s failed (%s); reading cold", key, exc)
             return None
         try:
-            raw, digest = decode_frame(key, stored)
+            raw, digest = decode_frame(key, stored, secret=self.secret)
         except IntegrityError:
             log.warning("warm copy of %s failed its checksum; dropped, reading cold", key)
             tally["integrity_failures"] += 1
@@ -300,7 +302,7 @@ class Fetcher:
             if found is not None:
                 return found
         raw = await self._catalog.read_cold_async(key, tally)
-        return raw, checksum(raw), "cold"
+        return raw, checksum(raw, self.secret), "cold"
 
     def _place(self, key: str, raw: bytes, digest: int, source: str) -> int | None:
         """Admit a fetched block into the hot tier; its level, or None if it stays out.

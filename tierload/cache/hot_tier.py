@@ -106,6 +106,7 @@ class HotTier:
         self.in_warm = in_warm
         self.dirty: set[str] = set()    # keys whose residency changed since take_dirty()
         self.levels: list[Level] = []  # made by start()
+        self.secret: bytes | None = None  # the deployment's checksum key, set by the owner's start()
 
     # ------------------------------------------------------------------ set-up
     def start(self) -> None:
@@ -125,7 +126,7 @@ class HotTier:
         if hot.ram_capacity_bytes > 0:
             specs.append(("ram", ram_level_dir(hot_dir), hot.ram_capacity_bytes))
         specs.append(("disk", hot_dir, hot.capacity_bytes))
-        return [Level(name, LocalDirStore(path, tier=f"hot-{name}"),
+        return [Level(name, LocalDirStore(path, tier=f"hot-{name}", shared=hot.shared),
                       TierIndex(f"hot-{name}", capacity, self._policy(policy), self.accesses,
                                 policy.admit_min_count, pins=self.pins),
                       WriteHealth(f"hot-{name}", hot.write_retry_s), capacity)
@@ -197,7 +198,7 @@ class HotTier:
             store = self.levels[level].store
         try:
             frame = store.read(key)
-            verify_frame(key, frame)
+            verify_frame(key, frame, secret=self.secret)
         except KeyError:
             return None
         except IntegrityError:
@@ -213,7 +214,7 @@ class HotTier:
 
         A level that refuses the write (read-only, full) is passed over for the next one.
         """
-        data = encode_frame(key, raw, digest)
+        data = encode_frame(key, raw, digest, secret=self.secret)
         for index, level in enumerate(self.levels):
             with self.lock:
                 if not self._reserve(index, key, len(data)):
@@ -348,7 +349,7 @@ class HotTier:
                     return
         if self.offer_warm is not None and not self.in_warm(victim):
             try:
-                verify_frame(victim, data)  # a corrupt copy must not spread to the shared tier
+                verify_frame(victim, data, secret=self.secret)  # a corrupt copy must not spread to the shared tier
             except IntegrityError:
                 return
             self.offer_warm(victim, data)

@@ -33,7 +33,7 @@ from tierload.cache.accounting import NodeAccounting
 from tierload.cache.catalog import BlockCatalog
 from tierload.cache.channel import ChannelServer
 from tierload.cache.coordinator_sync import CoordinatorSync
-from tierload.cache.endpoint import channel_address, publish_endpoint, withdraw_endpoint
+from tierload.cache.endpoint import channel_address, clear_stale_endpoint, publish_endpoint, withdraw_endpoint
 from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, Fetcher
 from tierload.cache.hot_tier import HotTier
 from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
@@ -42,6 +42,7 @@ from tierload.cache.ownership import TierOwnership, owner_record, sharing_terms
 from tierload.cache.stream import Stream
 from tierload.cache.stream_table import StreamTable
 from tierload.cache.tier_writes import open_warm_or_none
+from tierload.checksum_key import adopt_key
 from tierload.config import TierloadConfig, as_config
 from tierload.counts import PinCounts
 from tierload.metrics.exporter import PeriodicExporter
@@ -107,6 +108,7 @@ class NodeCache:
         self._server: ChannelServer | None = None
         self._lead_clock = LeadClock()
         self._exporter: PeriodicExporter | None = None
+        self._secret: bytes | None = None  # the deployment's checksum key (tierload.checksum_key)
 
     def start(self) -> NodeCache:
         """Own the hot directory, adopt the hot tier on disk, open the warm tier, publish the
@@ -132,8 +134,15 @@ class NodeCache:
 
     def _start_owned(self) -> None:
         self._hot.start()
-        warm = open_warm_or_none(self.config.warm.url) if self._has_warm else None
+        warm = open_warm_or_none(self.config.warm.url, shared=self.config.warm.shared) if self._has_warm else None
         self._fetcher.start(warm)
+        call = self._coordinator_call
+        self._secret = adopt_key(warm.url if warm is not None else None, self._hot.dirs[-1],
+                                 agree=(lambda offered: call("checksum_key", offered)) if call is not None else None)
+        for part in (self._hot, self._fetcher, self._sync):
+            if part is not None:
+                part.secret = self._secret
+        clear_stale_endpoint(self._hot.dirs[-1])  # a crashed cache's endpoint file and socket
         publish_endpoint(self._hot.dirs[-1], self.endpoint())
         self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {self.node_id}",
                                      methods=CHANNEL_METHODS)
@@ -263,7 +272,8 @@ class NodeCache:
                 return ("hot", found)
             raw = found
         # The staged bytes are the ones fetched and checked; the frame carries their checksum anew.
-        frame = encode_frame(key, raw, fmt=FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio))
+        frame = encode_frame(key, raw, fmt=FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio),
+                             secret=self._secret)
         with self._cond:
             self._accounting.tally(stream, {"wire_raw_bytes": len(raw), "wire_sent_bytes": len(frame) - HEADER_SIZE})
         return ("wire", frame)
@@ -293,7 +303,8 @@ class NodeCache:
         stored = self._hot.read_frame(key)
         if stored is None:
             return None
-        frame = recode(key, stored, FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio))
+        frame = recode(key, stored, FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio),
+                       secret=self._secret)
         header = parse_header(key, frame)
         with self._cond:
             self._accounting.tally(None, {"peer_served": 1, "wire_raw_bytes": header.raw_size,

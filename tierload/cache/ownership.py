@@ -38,7 +38,7 @@ from tierload.errors import ServiceError, TierInUseError
 
 log = logging.getLogger(__name__)
 
-OWNER_FILE = ".owner.lock"
+OWNER_FILE = ".tierload-owner.lock"  # .tierload*: listings and block counts skip it
 # The sections of the configuration that shape the node cache itself. Everything else (cold
 # location and retries, manifest, layout, ray) belongs to a job or its datasets: each dataset
 # brings its cold location when it registers, and the owner's cold retry settings serve it.

@@ -1,19 +1,21 @@
 """Finding or starting Ray, and the tierload actors on it.
 
 With no cluster configured (``ray.address: null`` and no ``RAY_ADDRESS``), tierload starts
-its own local Ray, bound to 127.0.0.1 only, without the dashboard; ``address=`` joins an
-existing cluster. The actors are named and detached: jobs come and go, the tiers (and the
-actors that own them) stay until ``tierload stop``; a job finds them by name, and a node
-cache finds the coordinator by name on every call, so it reconnects after a restart. Actor
-names include a hash of the tier locations, so two deployments with different directories
-never share actors.
+its own local Ray, listening on 127.0.0.1 only (GCS, raylet, object manager, workers and
+actors, agents), without the dashboard; ``address=`` joins an existing cluster, unchanged.
+The actors are named and detached: jobs come and go, the tiers (and the actors that own
+them) stay until ``tierload stop``; a job finds them by name, and a node cache finds the
+coordinator by name on every call, so it reconnects after a restart. Actor names include a
+hash of the tier locations, so two deployments with different directories never share actors.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import xxhash
 
@@ -47,12 +49,62 @@ def ensure_ray(config: TierloadConfig) -> None:
                      configure_logging=False)
         else:
             # address="local" starts a fresh cluster even if a stale /tmp/ray session exists.
-            ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
-                     _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
-                     object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
-                     configure_logging=False)
+            with _loopback_node():
+                ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
+                         _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
+                         object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
+                         configure_logging=False)
+            # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
+            atexit.register(_close_node_caches, config.ray.namespace)
     except Exception as exc:  # noqa: BLE001 - Ray raises many types; say what we tried
         raise ServiceError(f"cannot {'join Ray at ' + address if address else 'start a local Ray'}: {exc}") from exc
+
+
+def _close_node_caches(namespace: str) -> None:
+    """At exit of the process that started the local Ray: close its node caches before Ray
+    ends them, so each removes its socket and endpoint file (a killed one leaves them for the
+    next cache on the directory to clear)."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    try:
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if isinstance(a, dict) and a.get("namespace") == namespace
+                 and str(a.get("name", "")).startswith(NODE_CACHE_PREFIX)]
+        pending = [ray.get_actor(name, namespace=namespace).call.remote("close") for name in names]
+        ray.get(pending, timeout=10)
+    except Exception:  # noqa: BLE001 - best effort at exit; leftovers are cleared by the next cache
+        log.debug("could not close the node caches at exit", exc_info=True)
+
+
+@contextlib.contextmanager
+def _loopback_node() -> Iterator[None]:
+    """Keep a local Ray's node IP 127.0.0.1 while it starts.
+
+    On Linux, ``ray.init(_node_ip_address="127.0.0.1")`` alone is not enough: Ray replaces a
+    loopback node IP by the machine's address when multi-node clusters are enabled
+    (``resolve_ip_for_localhost`` in ``ray/_private/services.py``, Ray 2.x), and its GCS,
+    raylet and workers then listen on every interface. With cluster mode off for the start
+    (``ray_constants.ENABLE_RAY_CLUSTER``, the switch behind
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``) the node IP stays loopback and every Ray server binds
+    it; a single-node Ray needs nothing else. tests/test_loopback.py lists the listening
+    sockets, so a Ray release that moves the switch fails it.
+    """
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # a Ray without the switch: the test says whether it still binds loopback
+        yield
+        return
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        yield
+        return
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def deployment_id(config: TierloadConfig) -> str:

@@ -78,16 +78,21 @@ def warn_if_larger_than_file_system(tier: str, path: str | os.PathLike, capacity
     return True
 
 
-def open_warm_or_none(url: str | None) -> BlockStore | None:
+def open_warm_or_none(url: str | None, *, shared: bool = False) -> BlockStore | None:
     """The warm tier's store, or None when there is none or it cannot be opened (e.g. a directory
     that does not exist under a read-only parent): the job runs without a warm tier, warned once.
 
     A directory that exists but is read-only opens (its blocks are served, none is added).
+    ``shared``: the directory is shared on purpose (``warm.shared``; see ``open_store``).
+
+    Raises:
+        UntrustedDirError: Another user owns the directory, or group/others may write it (and
+            ``shared`` is False): a configuration error, never hidden by running without warm.
     """
     if not url:
         return None
     try:
-        return open_store(url, "warm")
+        return open_store(url, "warm", shared=shared)
     except BackendError as exc:
         log.warning("the warm tier at %s cannot be opened (%s); running without a warm tier", url, exc)
         return None

@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tierload.stores.local import TIER_MARKER
+
 log = logging.getLogger(__name__)
 
 __all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "list_local", "list_s3",
@@ -36,6 +38,8 @@ __all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "l
 FOLDERS_IN_FLIGHT = 16
 
 _STRINGS = pa.large_string()
+# Base names of tierload's own files (the tier marker, keys, the published endpoint): never samples.
+_OWN_FILES = r"^(\.tierload|\.endpoint\.json$)"
 
 
 def release_freed_memory() -> None:
@@ -174,9 +178,11 @@ class ObjectListing(Sequence[ObjectInfo]):
 
 
 def _filtered(page: _Page, exclude: Sequence[str]) -> _Page:
-    """``page`` without directory markers and excluded base names (a page at a time: small temporaries)."""
+    """``page`` without directory markers, tierload's own files and excluded base names (a page at
+    a time: small temporaries)."""
     names = pc.replace_substring_regex(page.urls, pattern=r"^.*/", replacement="")
     drop = pc.equal(pc.utf8_length(names), 0)  # a directory marker ("a/") or an empty name
+    drop = pc.or_(drop, pc.match_substring_regex(names, _OWN_FILES))
     if exclude:
         drop = pc.or_(drop, pc.is_in(names, value_set=pa.array(list(exclude), _STRINGS)))
     if not pc.any(drop).as_py():
@@ -317,7 +323,10 @@ def list_local(root: str, protocol: str = "file", exclude: Sequence[str] = ()) -
     pending = [root] if os.path.isdir(root) else []
     unreadable: dict[str, str] = {}
     while pending:
-        with os.scandir(pending.pop()) as entries:
+        folder = pending.pop()
+        if os.path.exists(os.path.join(folder, TIER_MARKER)):
+            continue  # a tier directory: every file in it is tierload's own
+        with os.scandir(folder) as entries:
             for entry in entries:
                 if entry.is_dir():
                     pending.append(entry.path)

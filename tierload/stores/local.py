@@ -20,13 +20,18 @@ from pathlib import Path
 from tierload.errors import BackendError
 from tierload.keys import check_key
 from tierload.stores.base import BlockStore
+from tierload.stores.dir_trust import make_tier_dir
 
 log = logging.getLogger(__name__)
 
 _TMP = ".tmp"
+# Written in every tier directory, so that a listing of a local source skips the directory
+# whole (its blocks, the endpoint file and the key are tierload's own files, never samples).
+TIER_MARKER = ".tierload-tier"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` exists on this machine (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -36,22 +41,41 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _mark(root: Path) -> None:
+    """Leave :data:`TIER_MARKER` in ``root`` (a read-only directory keeps none: it still works as a tier)."""
+    marker = root / TIER_MARKER
+    if not marker.exists():
+        try:
+            marker.touch()
+        except OSError:
+            pass
+
+
 class LocalDirStore(BlockStore):
     """Blocks as files under a local directory.
 
     Args:
-        root: Directory path (``~`` expanded; created if missing).
+        root: Directory path (``~`` expanded; created owner-only if missing, see
+            :mod:`tierload.stores.dir_trust`).
         tier: Tier name used in error messages.
+        shared: The directory is shared on purpose (``hot.shared`` / ``warm.shared``): no
+            ownership or mode check.
+        check: False where the directory's owner already checked it (a consumer reading the
+            node cache's hot tier).
 
     Raises:
+        UntrustedDirError: Another user owns the directory, or group/others may write it.
         BackendError: The directory does not exist and cannot be created.
     """
 
-    def __init__(self, root: str | os.PathLike, tier: str = "hot") -> None:
+    def __init__(self, root: str | os.PathLike, tier: str = "hot", *, shared: bool = False,
+                 check: bool = True) -> None:
         self.root = Path(os.path.expanduser(str(root))).resolve()
         self.url = str(self.root)
         self.tier = tier
         try:
+            if check:
+                make_tier_dir(self.root, tier=tier, shared=shared)
             (self.root / _TMP).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             if not self.root.is_dir():
@@ -59,6 +83,7 @@ class LocalDirStore(BlockStore):
                                    url=self.url) from exc
             log.warning("the %s tier directory %s is not writable (%s); its blocks are served, none is "
                         "added", tier, self.url, exc)
+        _mark(self.root)
 
     @property
     def local_path(self) -> Path:
@@ -141,7 +166,7 @@ class LocalDirStore(BlockStore):
         for leftover in leftovers:
             parts = leftover.name.rsplit(".", 2)
             writer_pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
-            if writer_pid < 0 or not _pid_alive(writer_pid):
+            if writer_pid < 0 or not pid_alive(writer_pid):
                 try:
                     leftover.unlink(missing_ok=True)
                 except OSError as exc:

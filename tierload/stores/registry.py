@@ -10,16 +10,20 @@ def is_local_url(url: str) -> bool:
     return "://" not in url or url.startswith("file://")
 
 
-def open_store(url: str, tier: str, storage_options: dict | None = None) -> BlockStore:
+def open_store(url: str, tier: str, storage_options: dict | None = None, *, shared: bool = False) -> BlockStore:
     """Return the backend for a tier URL.
 
     Args:
         url: A local path, ``file://`` URL, or any fsspec URL (``memory://``, ``s3://`` ...).
         tier: Tier name for error messages.
         storage_options: fsspec options for non-local URLs.
+        shared: A local directory shared on purpose (no ownership or mode check).
+
+    Raises:
+        UntrustedDirError: A local directory another user owns or may write, not ``shared``.
     """
     if is_local_url(url):
         from tierload.stores.local import LocalDirStore
-        return LocalDirStore(url.removeprefix("file://"), tier=tier)
+        return LocalDirStore(url.removeprefix("file://"), tier=tier, shared=shared)
     from tierload.stores.fsspec_store import FsspecStore
     return FsspecStore(url, tier=tier, storage_options=storage_options)
