@@ -93,7 +93,8 @@ def assert_writes_fail(path: Path) -> None:
 def block_files(path: Path) -> dict[str, int]:
     """``{name: size}`` of the complete block files under a tier directory."""
     return {p.name: p.stat().st_size for p in path.rglob("*")
-            if p.is_file() and ".tmp" not in p.relative_to(path).parts and p.name != ENDPOINT_FILE}
+            if p.is_file() and ".tmp" not in p.relative_to(path).parts and p.name != ENDPOINT_FILE
+            and not p.name.startswith(".tierload")}  # tierload's own files (owner lock, key, marker)
 
 
 def tierload_lines(caplog, needle: str) -> int:

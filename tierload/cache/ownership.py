@@ -175,7 +175,10 @@ class TierOwnership:
             TierInUseError: A live process owns the directory.
         """
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
+        # The lock is held through a read-only descriptor: a file open for writing for the cache's
+        # whole life would stop the file system from being remounted read-only (EBUSY).
+        fd = os.open(self.path, os.O_RDONLY)
         deadline = time.monotonic() + ACQUIRE_PATIENCE_S
         while True:
             try:
@@ -203,11 +206,12 @@ class TierOwnership:
         if self._fd is None:
             return
         self.record = record
-        with os.fdopen(os.dup(self._fd), "r+") as handle:
-            handle.seek(0)
-            handle.truncate()
-            json.dump(record.to_json(), handle)
-            handle.flush()
+        try:
+            with open(self.path, "r+") as handle:
+                handle.truncate()
+                json.dump(record.to_json(), handle)
+        except OSError as exc:  # a hot directory turned read-only: the lock still holds, joiners see the old record
+            log.warning("cannot update the owner record in %s: %s", self.path, exc)
 
     def release(self) -> None:
         """Give up ownership (the record is emptied, so nobody joins a closed cache)."""
@@ -215,7 +219,9 @@ class TierOwnership:
             return
         fd, self._fd = self._fd, None
         try:
-            os.ftruncate(fd, 0)
+            os.truncate(self.path, 0)
+        except OSError as exc:  # read-only now: a stale record beside a released lock is not an owner
+            log.debug("cannot empty the owner record %s: %s", self.path, exc)
         finally:
             os.close(fd)  # closing the last descriptor of the open file releases the flock
 
