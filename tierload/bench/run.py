@@ -250,7 +250,12 @@ def peer_versions(python: str) -> dict[str, str]:
 def _python_for(info: ContenderInfo, peers_python: str | None) -> tuple[str | None, str | None]:
     """(interpreter, reason it cannot run)."""
     if info.environment == "main":
-        return sys.executable, None
+        if info.requires is None:
+            return sys.executable, None
+        reason = check_importable(sys.executable, info.requires)
+        if reason is None:
+            return sys.executable, None
+        return None, f"{info.requires} does not import ({reason}); install it with `pip install -e '.[bench]'`"
     module = _PEER_IMPORTS[info.name]
     if peers_python is not None:
         reason = check_importable(peers_python, module)

@@ -163,8 +163,31 @@ def _files(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> No
              "num_workers": options.num_workers, "total_bytes": options.count * options.size, "seed": options.seed}
     report["dataset"] = {"url": setup["url"], "objects": options.count, "bytes": setup["total_bytes"]}
     report["contenders"] = {name: runner.contender(name, setup) for name in ("plain-files", "tierload-files")}
+    from tierload.bench.small.peers import S3_ONLY
+
+    report["not_run"] = {"s3torch-files": S3_ONLY}
+    _peers(runner, ("raydata-files",), setup, report)
     if options.profile:
         report["profile"] = _profile(runner, "tierload-files", setup)
+
+
+def _peers(runner: _Runner, names: tuple[str, ...], setup: dict[str, Any], report: dict[str, Any],
+           counters: Callable[[], dict[str, int]] | None = None) -> None:
+    """Run the other loaders (issue 16) after tierload; one whose package is missing goes to
+    ``report["not_run"]`` with the reason. ``counters``: the emulated S3's, to record each run's traffic."""
+    from tierload.bench.small.peers import missing_package
+
+    for name in names:
+        reason = missing_package(name)
+        if reason is not None:
+            report.setdefault("not_run", {})[name] = reason
+            runner.echo(f"{name}: {reason}")
+            continue
+        before = counters() if counters else {}
+        report["contenders"][name] = runner.contender(name, setup, module="tierload.bench.small.peers")
+        if counters:
+            after = counters()
+            report["contenders"][name]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
 
 
 def _s3(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
@@ -201,6 +224,7 @@ def _s3(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
         report["contenders"] = {"tierload-s3": runner.contender("tierload-s3", setup)}
         after = emulated.counters()
         report["contenders"]["tierload-s3"]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        _peers(runner, ("s3torch-s3", "raydata-s3"), setup, report, emulated.counters)
         if options.profile:
             report["profile"] = _profile(runner, "tierload-s3", setup)
 
