@@ -45,9 +45,10 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
 @click.option("--workload", "workload_name", type=click.Choice(["default", "small-files", "small-s3", "startup"]),
               default="default", show_default=True,
               help="default: the contenders on 4,000 JPEGs (below). small-files: 200,000 x 1 KiB files, plain "
-              "DataLoader vs tierload. small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) with the "
-              "rig's own ceiling. startup: a synthetic 1,281,167-key listing through start-up, and "
-              "worker memory at 2 M keys. With --quick, a 2,000-object smoke variant of each.")
+              "DataLoader vs tierload (and Ray Data). small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) "
+              "with the rig's own ceiling (and the S3 Connector for PyTorch, Ray Data). startup: a synthetic "
+              "1,281,167-key listing through start-up, and worker memory at 2 M keys. With --quick, a "
+              "2,000-object smoke variant of each.")
 @click.option("--object-bytes", type=click.IntRange(0), help="small-files/small-s3: bytes per object "
               "[1024; small-s3: 4096].")
 @click.option("--startup-keys", type=click.IntRange(1), help="startup: keys of the listing [1281167].")
@@ -81,8 +82,8 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
 def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None, samples, sample_kib, epochs,
           hot_fraction, batch_size, num_workers, step_ms, latency_ms, connection_mb_s, total_mb_s,
           peers_python, workload_name: str, object_bytes, startup_keys, memory_keys, profile: bool) -> None:
-    """Benchmark tierload against s3fs, simplecache, Streaming, LitData and all-in-RAM on an emulated S3,
-    or run one of the small-object workloads (--workload)."""
+    """Benchmark tierload against s3fs, simplecache, Streaming, LitData, the S3 Connector for PyTorch,
+    Ray Data and all-in-RAM on an emulated S3, or run one of the small-object workloads (--workload)."""
     import dataclasses
 
     if workload_name != "default":
