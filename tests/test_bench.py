@@ -216,8 +216,9 @@ def test_small_workload_smoke(workload, tmp_path):
     from tierload.bench.small import report
     from tierload.bench.small.run import SmallOptions, run_small
 
+    # the other loaders have their own, smaller smoke run below (test_small_workload_peers_smoke)
     options = dataclasses.replace(SmallOptions.smoke(workload), cache_dir=str(tmp_path / "data"),
-                                  size=4096 if workload == "small-s3" else 1024)
+                                  size=4096 if workload == "small-s3" else 1024, peers=False)
     result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=300)
     paths = report.write(result, tmp_path / "out")
     runs = [result.get("startup"), result.get("worker_memory"), *result.get("contenders", {}).values()]
@@ -284,3 +285,28 @@ def test_report_standings_against_each_contender():
     result = {"contenders": {"tierload": entry([30.0, 60.0, 90.0]), "s3torch": entry([20.0, 25.0, 35.0]),
                              "raydata": {"status": "not run", "reason": "ray.data does not import"}}}
     assert report.standings(result) == [{"against": "s3torch", "epoch1_ratio": 1.5, "later_ratio": 2.5}]
+
+
+@pytest.mark.parametrize("workload", ["small-files", "small-s3"])
+def test_small_workload_peers_smoke(workload, tmp_path):
+    """On a 300-object variant, the S3 Connector for PyTorch and Ray Data deliver every object each
+    epoch (through the emulated S3 on small-s3: one GET per object per epoch, no cache), or are
+    reported as not run with the reason."""
+    import dataclasses
+
+    from tierload.bench.small.run import SmallOptions, run_small
+
+    options = dataclasses.replace(SmallOptions.smoke(workload), count=300, classes=3, cache_dir=str(tmp_path / "data"),
+                                  size=4096 if workload == "small-s3" else 1024)
+    result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=240)
+    contenders, not_run = result["contenders"], result.get("not_run", {})
+    assert all(run["ok"] for run in contenders.values()), {n: r.get("error") for n, r in contenders.items()}
+    expected = {"small-files": {"raydata-files"}, "small-s3": {"s3torch-s3", "raydata-s3"}}[workload]
+    assert expected <= set(contenders) | set(not_run)
+    if workload == "small-files":
+        assert "S3 only" in not_run["s3torch-files"]
+    for name in expected & set(contenders):
+        assert [row["samples"] for row in contenders[name]["epochs"]] == [options.count] * options.epochs
+        if workload == "small-s3":
+            assert contenders[name]["s3"]["get_requests"] == options.count * options.epochs
+            assert contenders[name]["s3"]["get_bytes"] == options.count * options.size * options.epochs

@@ -51,6 +51,8 @@ class SmallOptions:
         startup_size: Bytes per synthetic object (the mean ImageNet-1k JPEG, ~110 KiB).
         memory_keys: Keys of the worker-memory walk (0: skip it).
         profile: Profile tierload's epoch 1 with py-spy.
+        peers: Also run the other loaders (issue 16: the S3 Connector for PyTorch, Ray Data) on
+            small-files and small-s3.
         cache_dir: Where generated data is kept (None: ``~/.cache/tierload/bench``).
         seed: Data and shuffle seed.
     """
@@ -68,6 +70,7 @@ class SmallOptions:
     startup_size: int = 112_640
     memory_keys: int = 2_000_000
     profile: bool = False
+    peers: bool = True
     cache_dir: str | None = None
     seed: int = 0
 
@@ -163,10 +166,11 @@ def _files(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> No
              "num_workers": options.num_workers, "total_bytes": options.count * options.size, "seed": options.seed}
     report["dataset"] = {"url": setup["url"], "objects": options.count, "bytes": setup["total_bytes"]}
     report["contenders"] = {name: runner.contender(name, setup) for name in ("plain-files", "tierload-files")}
-    from tierload.bench.small.peers import S3_ONLY
+    if options.peers:
+        from tierload.bench.small.peers import S3_ONLY
 
-    report["not_run"] = {"s3torch-files": S3_ONLY}
-    _peers(runner, ("raydata-files",), setup, report)
+        report["not_run"] = {"s3torch-files": S3_ONLY}
+        _peers(runner, ("raydata-files",), setup, report)
     if options.profile:
         report["profile"] = _profile(runner, "tierload-files", setup)
 
@@ -224,7 +228,8 @@ def _s3(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
         report["contenders"] = {"tierload-s3": runner.contender("tierload-s3", setup)}
         after = emulated.counters()
         report["contenders"]["tierload-s3"]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-        _peers(runner, ("s3torch-s3", "raydata-s3"), setup, report, emulated.counters)
+        if options.peers:
+            _peers(runner, ("s3torch-s3", "raydata-s3"), setup, report, emulated.counters)
         if options.profile:
             report["profile"] = _profile(runner, "tierload-s3", setup)
 
