@@ -56,11 +56,11 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
               "(0: skip) [2000000].")
 @click.option("--profile", is_flag=True, help="small-files/small-s3: also profile tierload's epoch 1 with py-spy.")
 @click.option("--quick", is_flag=True, help="CI smoke run: 384 x 64 KiB, 2 epochs, 2 workers, "
-              "s3fs/simplecache/tierload/ram, 1 run (< 3 min on 2 cores; asserts nothing about speed).")
+              "s3fs/simplecache/s3torch/raydata/tierload/ram, 1 run (< 3 min on 2 cores; asserts nothing about speed).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
               help="Directory for bench.json, bench.png, bench.txt and the contenders' logs.")
 @click.option("--contenders", help=f"Comma-separated subset of: {', '.join(CONTENDERS)} (default: all; "
-              "--quick: s3fs,simplecache,tierload,ram).")
+              "--quick: s3fs,simplecache,s3torch,raydata,tierload,ram).")
 @click.option("--repeats", type=click.IntRange(1, 20), help="Runs per contender; figures are medians "
               "[default: 3; --quick: 1].")
 @click.option("--samples", type=click.IntRange(1), help="Images in the dataset [4000].")
