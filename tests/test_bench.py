@@ -216,8 +216,9 @@ def test_small_workload_smoke(workload, tmp_path):
     from tierload.bench.small import report
     from tierload.bench.small.run import SmallOptions, run_small
 
+    # the other loaders have their own, smaller smoke run below (test_small_workload_peers_smoke)
     options = dataclasses.replace(SmallOptions.smoke(workload), cache_dir=str(tmp_path / "data"),
-                                  size=4096 if workload == "small-s3" else 1024)
+                                  size=4096 if workload == "small-s3" else 1024, peers=False)
     result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=300)
     paths = report.write(result, tmp_path / "out")
     runs = [result.get("startup"), result.get("worker_memory"), *result.get("contenders", {}).values()]
@@ -230,3 +231,82 @@ def test_small_workload_smoke(workload, tmp_path):
         assert result["startup"]["keys"] == options.startup_keys and not result["startup"]["steps_not_seen"]
         assert {r["epoch"] for r in result["worker_memory"]["reports"]} == {0, 1}
     assert {check["target"] for check in result["targets"]} and paths["txt"].read_text()
+
+
+# ------------------------------------------------------- the other loaders' contenders (issue 16)
+@pytest.fixture(scope="module")
+def tiny_bench(s3, tmp_path_factory):
+    """48 JPEGs of ~8 KiB on moto behind an unshaped emulated S3, as ``tierload bench`` sets them up."""
+    from tierload.bench.workload import generate, upload
+
+    workload = Workload(samples=48, sample_kib=8, epochs=2, batch_size=16, num_workers=1, step_ms=0)
+    jpegs, labels = generate(workload, tmp_path_factory.mktemp("images"), processes=1)
+    dataset = upload(s3.create_bucket("bench-peers"), jpegs, labels, bucket="bench-peers")
+    with EmulatedS3(s3.endpoint_url, LinkSettings(latency_ms=0, connection_mb_s=0, total_mb_s=0)) as proxy:
+        yield workload, dataset, proxy
+
+
+@pytest.mark.parametrize(("name", "package"), [("s3torch", "s3torchconnector"), ("raydata", "ray.data")])
+def test_other_loader_reads_every_sample_through_the_emulated_s3(tiny_bench, tmp_path, name, package):
+    """The contender, run by the harness in its own process, delivers every sample once per epoch and
+    reads every byte from the emulated S3 each epoch (neither keeps a cache)."""
+    import sys
+
+    from tierload.bench.contenders import CONTENDERS, Context
+    from tierload.bench.run import run_phase
+    from tierload.s3local import CREDENTIALS
+
+    pytest.importorskip(package, reason=f"{package} is not installed (the bench extra)")
+    workload, dataset, proxy = tiny_bench
+    ctx = Context(name, workload, dataset, proxy.endpoint_url, dict(CREDENTIALS), str(tmp_path / "work"),
+                  str(tmp_path / "convert"))
+    result = run_phase(sys.executable, CONTENDERS[name], "run", ctx, tmp_path / "logs", timeout_s=240)
+    assert result["ok"], (result.get("error"), open(result["log"]).read()[-3000:])
+    assert [row["samples"] for row in result["epochs"]] == [len(dataset.keys)] * workload.epochs
+    assert [row["s3_gets"] for row in result["epochs"]] == [len(dataset.keys)] * workload.epochs
+    assert [row["s3_bytes"] for row in result["epochs"]] == [dataset.total_bytes] * workload.epochs
+
+
+def test_contender_without_its_package_is_not_run():
+    from tierload.bench.contenders import ContenderInfo
+    from tierload.bench.run import _python_for
+
+    info = ContenderInfo("x", "tierload.bench.contenders.ram", "main", "needs a module", requires="no_such_module_16")
+    python, reason = _python_for(info, None)
+    assert python is None and "no_such_module_16" in reason
+
+
+def test_report_standings_against_each_contender():
+    from tierload.bench import report
+
+    def entry(rates):
+        return {"status": "ok", "epochs": [{"epoch": e, "samples_per_s": r} for e, r in enumerate(rates)]}
+
+    result = {"contenders": {"tierload": entry([30.0, 60.0, 90.0]), "s3torch": entry([20.0, 25.0, 35.0]),
+                             "raydata": {"status": "not run", "reason": "ray.data does not import"}}}
+    assert report.standings(result) == [{"against": "s3torch", "epoch1_ratio": 1.5, "later_ratio": 2.5}]
+
+
+@pytest.mark.parametrize("workload", ["small-files", "small-s3"])
+def test_small_workload_peers_smoke(workload, tmp_path):
+    """On a 300-object variant, the S3 Connector for PyTorch and Ray Data deliver every object each
+    epoch (through the emulated S3 on small-s3: one GET per object per epoch, no cache), or are
+    reported as not run with the reason."""
+    import dataclasses
+
+    from tierload.bench.small.run import SmallOptions, run_small
+
+    options = dataclasses.replace(SmallOptions.smoke(workload), count=300, classes=3, cache_dir=str(tmp_path / "data"),
+                                  size=4096 if workload == "small-s3" else 1024)
+    result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=240)
+    contenders, not_run = result["contenders"], result.get("not_run", {})
+    assert all(run["ok"] for run in contenders.values()), {n: r.get("error") for n, r in contenders.items()}
+    expected = {"small-files": {"raydata-files"}, "small-s3": {"s3torch-s3", "raydata-s3"}}[workload]
+    assert expected <= set(contenders) | set(not_run)
+    if workload == "small-files":
+        assert "S3 only" in not_run["s3torch-files"]
+    for name in expected & set(contenders):
+        assert [row["samples"] for row in contenders[name]["epochs"]] == [options.count] * options.epochs
+        if workload == "small-s3":
+            assert contenders[name]["s3"]["get_requests"] == options.count * options.epochs
+            assert contenders[name]["s3"]["get_bytes"] == options.count * options.size * options.epochs

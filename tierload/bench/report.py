@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-PEERS = ("s3fs", "simplecache", "streaming", "litdata")
+PEERS = ("s3fs", "simplecache", "streaming", "litdata", "s3torch", "raydata")
 COLUMNS = ("contender", "epoch", "samples/s", "stall", "S3 GETs", "S3 MB", "hit(B)", "hot hit", "MIN",
            "setup s", "convert s", "peak RSS MB")
 
@@ -60,6 +60,23 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             add("tierload-warm epochs 2+ samples/s / all-in-RAM", ratio, ">= 0.8", ratio >= 0.8,
                 f"RAM bound {ram_rate:.1f} samples/s")
     return checks
+
+
+def standings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """tierload's samples/s over each other contender's in this run: epoch 1 and the mean of epochs 2+."""
+    found = {name: entry for name, entry in report["contenders"].items() if entry.get("status") == "ok"}
+    ours = found.get("tierload")
+    if ours is None:
+        return []
+    rows = []
+    for name, entry in found.items():
+        if name.startswith("tierload"):
+            continue
+        first = ours["epochs"][0]["samples_per_s"] / entry["epochs"][0]["samples_per_s"]
+        own, theirs = _later(ours["epochs"], "samples_per_s"), _later(entry["epochs"], "samples_per_s")
+        rows.append({"against": name, "epoch1_ratio": first,
+                     "later_ratio": own / theirs if own is not None and theirs else None})
+    return rows
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -119,6 +136,10 @@ def table(report: dict[str, Any]) -> str:
               "at the hot capacity; peak RSS: the contender's whole process tree (loader workers, Ray)."]
     if notes:
         lines += ["notes:"] + [f"  {note}" for note in notes]
+    ranks = report.get("standings") or []
+    if ranks:
+        lines.append("tierload (warm off) samples/s over each contender's, same run (epoch 1 / epochs 2+):")
+        lines += [f"  {r['against']:<12} {r['epoch1_ratio']:6.2f}x / {_fmt(r['later_ratio'], '.2f')}x" for r in ranks]
     checks = report.get("targets") or []
     if checks:
         lines.append("targets (issue 6, part 5):")
@@ -166,6 +187,7 @@ def chart(report: dict[str, Any], path: Path) -> Path:
 def write(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """Add the targets, then write ``bench.json``, ``bench.png`` and ``bench.txt`` into ``out_dir``."""
     report["targets"] = targets(report)
+    report["standings"] = standings(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "bench.json", "png": out_dir / "bench.png", "txt": out_dir / "bench.txt"}
     paths["json"].write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")

@@ -45,9 +45,10 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
 @click.option("--workload", "workload_name", type=click.Choice(["default", "small-files", "small-s3", "startup"]),
               default="default", show_default=True,
               help="default: the contenders on 4,000 JPEGs (below). small-files: 200,000 x 1 KiB files, plain "
-              "DataLoader vs tierload. small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) with the "
-              "rig's own ceiling. startup: a synthetic 1,281,167-key listing through start-up, and "
-              "worker memory at 2 M keys. With --quick, a 2,000-object smoke variant of each.")
+              "DataLoader vs tierload (and Ray Data). small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) "
+              "with the rig's own ceiling (and the S3 Connector for PyTorch, Ray Data). startup: a synthetic "
+              "1,281,167-key listing through start-up, and worker memory at 2 M keys. With --quick, a "
+              "2,000-object smoke variant of each.")
 @click.option("--object-bytes", type=click.IntRange(0), help="small-files/small-s3: bytes per object "
               "[1024; small-s3: 4096].")
 @click.option("--startup-keys", type=click.IntRange(1), help="startup: keys of the listing [1281167].")
@@ -57,11 +58,11 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
 @click.option("--page-cache", type=click.Choice(["cold", "warm"]), help="small-files: the dataset's files before "
               "each contender: out of the page cache, or all read once [cold].")
 @click.option("--quick", is_flag=True, help="CI smoke run: 384 x 64 KiB, 2 epochs, 2 workers, "
-              "s3fs/simplecache/tierload/ram, 1 run (< 3 min on 2 cores; asserts nothing about speed).")
+              "s3fs/simplecache/s3torch/raydata/tierload/ram, 1 run (< 3 min on 2 cores; asserts nothing about speed).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
               help="Directory for bench.json, bench.png, bench.txt and the contenders' logs.")
 @click.option("--contenders", help=f"Comma-separated subset of: {', '.join(CONTENDERS)} (default: all; "
-              "--quick: s3fs,simplecache,tierload,ram).")
+              "--quick: s3fs,simplecache,s3torch,raydata,tierload,ram).")
 @click.option("--repeats", type=click.IntRange(1, 20), help="Runs per contender; figures are medians "
               "[default: 3; --quick: 1].")
 @click.option("--samples", type=click.IntRange(1), help="Images in the dataset [4000].")
@@ -84,8 +85,8 @@ def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None
           hot_fraction, batch_size, num_workers, step_ms, latency_ms, connection_mb_s, total_mb_s,
           peers_python, workload_name: str, object_bytes, startup_keys, memory_keys, profile: bool,
           page_cache: str | None) -> None:
-    """Benchmark tierload against s3fs, simplecache, Streaming, LitData and all-in-RAM on an emulated S3,
-    or run one of the small-object workloads (--workload)."""
+    """Benchmark tierload against s3fs, simplecache, Streaming, LitData, the S3 Connector for PyTorch,
+    Ray Data and all-in-RAM on an emulated S3, or run one of the small-object workloads (--workload)."""
     import dataclasses
 
     if workload_name != "default":

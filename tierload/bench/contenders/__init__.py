@@ -30,6 +30,8 @@ class ContenderInfo:
         environment: ``"main"`` (tierload's environment) or ``"peers"`` (benchmarks/.venv-peers).
         label: What it is, for the report.
         converts: Whether it needs a conversion phase.
+        requires: A module that must import in its environment, else it is reported as not run
+            (for a peer in tierload's own environment whose package is an optional extra).
     """
 
     name: str
@@ -37,6 +39,7 @@ class ContenderInfo:
     environment: str
     label: str
     converts: bool = False
+    requires: str | None = None
 
 
 CONTENDERS: dict[str, ContenderInfo] = {info.name: info for info in (
@@ -48,6 +51,12 @@ CONTENDERS: dict[str, ContenderInfo] = {info.name: info for info in (
                   "MosaicML Streaming (MDS shards, cache_limit = hot capacity)", converts=True),
     ContenderInfo("litdata", "tierload.bench.contenders.litdata_peer", "peers",
                   "LitData (optimize() chunks, max_cache_size = hot capacity)", converts=True),
+    ContenderInfo("s3torch", "tierload.bench.contenders.s3torch", "main",
+                  "Amazon S3 Connector for PyTorch: S3MapDataset under a shuffling DataLoader, no cache",
+                  requires="s3torchconnector"),
+    ContenderInfo("raydata", "tierload.bench.contenders.raydata", "main",
+                  "Ray Data: read_binary_files(shuffle='files') -> map(decode) -> iter_torch_batches, streaming",
+                  requires="ray.data"),
     ContenderInfo("tierload", "tierload.bench.contenders.tierload_ds", "main",
                   "tierload TieredDataset, default policy, hot tier = hot capacity, warm disabled"),
     ContenderInfo("tierload-warm", "tierload.bench.contenders.tierload_ds", "main",

@@ -113,12 +113,13 @@ def tierload_dataset(setup: dict[str, Any], watch: MemoryWatch) -> dict[str, Any
 CONTENDERS = {"plain-files": plain_files, "tierload-files": tierload_dataset, "tierload-s3": tierload_dataset}
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], contenders: dict[str, Any] | None = None) -> int:
+    """Run contender ``argv[0]`` of ``contenders`` (default: this module's) and write its result."""
     name, setup_path, result_path = argv
     setup = json.loads(Path(setup_path).read_text(encoding="utf-8"))
     try:
         with MemoryWatch(interval_s=1.0) as watch:
-            result = CONTENDERS[name](setup, watch)
+            result = (contenders or CONTENDERS)[name](setup, watch)
             result["peak_rss_main_mb"] = watch.mark()["peak_rss_main_mb"]
         result["ok"] = True
     except BaseException as exc:  # noqa: BLE001 - reported in the result, with its traceback

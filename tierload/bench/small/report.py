@@ -125,8 +125,9 @@ def _epoch_table(report: dict[str, Any]) -> list[str]:
                      _fmt(_later(epochs), ".0f"), _fmt(result.get("peak_rss_main_mb"), ".0f"),
                      _fmt(result.get("peak_rss_tree_mb"), ".0f"), _fmt(_worker_growth(epochs), ".1f")))
     widths = [max(len(str(r[i])) for r in rows if not str(r[1]).startswith("failed")) for i in range(len(header))]
-    return ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
-                      for i, (v, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines = ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
+                       for i, (v, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    return lines + [f"{name:<{widths[0]}}  {reason}" for name, reason in report.get("not_run", {}).items()]
 
 
 def _startup_table(report: dict[str, Any]) -> list[str]:
@@ -153,10 +154,31 @@ def _startup_table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def standings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """tierload's samples/s over each other contender's in this run (epoch 1, and epochs 2+)."""
+    contenders = {name: r for name, r in report.get("contenders", {}).items() if r.get("ok")}
+    ours = next((r for name, r in contenders.items() if name.startswith("tierload")), None)
+    if ours is None:
+        return []
+    rows = []
+    for name, other in contenders.items():
+        if name.startswith("tierload"):
+            continue
+        first = ours["epochs"][0]["samples_per_s"] / other["epochs"][0]["samples_per_s"]
+        later = _later(ours["epochs"]) / _later(other["epochs"])
+        rows.append({"against": name, "epoch1_ratio": first, "later_ratio": later})
+    return rows
+
+
 def table(report: dict[str, Any]) -> str:
     """The printed report: setup, figures, targets, profile summary."""
     lines = _setup_lines(report) + [""]
     lines += _startup_table(report) if report["workload"] == "startup" else _epoch_table(report)
+    ranks = report.get("standings") or []
+    if ranks:
+        lines.append("tierload's samples/s over each other loader's (same run): "
+                     + "; ".join(f"{r['against']} epoch 1 {r['epoch1_ratio']:.2f}x, epochs 2+ {r['later_ratio']:.2f}x"
+                                 for r in ranks))
     checks = report.get("targets") or []
     if checks:
         lines.append("targets (issue 11):")
@@ -172,6 +194,7 @@ def table(report: dict[str, Any]) -> str:
 def write(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """Add the targets, then write ``<workload>.json`` and ``<workload>.txt`` into ``out_dir``."""
     report["targets"] = targets(report)
+    report["standings"] = standings(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / f"{report['workload']}.json", "txt": out_dir / f"{report['workload']}.txt"}
     paths["json"].write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")

@@ -53,6 +53,8 @@ class SmallOptions:
         profile: Profile tierload's epoch 1 with py-spy.
         page_cache: small-files: the dataset's files before each contender, ``cold`` (out of the
             page cache) or ``warm`` (all in it).
+        peers: Also run the other loaders (issue 16: the S3 Connector for PyTorch, Ray Data) on
+            small-files and small-s3.
         cache_dir: Where generated data is kept (None: ``~/.cache/tierload/bench``).
         seed: Data and shuffle seed.
     """
@@ -71,6 +73,7 @@ class SmallOptions:
     memory_keys: int = 2_000_000
     profile: bool = False
     page_cache: str = "cold"
+    peers: bool = True
     cache_dir: str | None = None
     seed: int = 0
 
@@ -173,9 +176,34 @@ def _files(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> No
     for name in ("plain-files", "tierload-files"):
         set_page_cache(root, options.page_cache)  # both contenders' epoch 1 starts from the same state
         report["contenders"][name] = runner.contender(name, setup)
+    if options.peers:
+        from tierload.bench.small.peers import S3_ONLY
+
+        report["not_run"] = {"s3torch-files": S3_ONLY}
+        set_page_cache(root, options.page_cache)
+        _peers(runner, ("raydata-files",), setup, report)
     if options.profile:
         set_page_cache(root, options.page_cache)
         report["profile"] = _profile(runner, "tierload-files", setup)
+
+
+def _peers(runner: _Runner, names: tuple[str, ...], setup: dict[str, Any], report: dict[str, Any],
+           counters: Callable[[], dict[str, int]] | None = None) -> None:
+    """Run the other loaders (issue 16) after tierload; one whose package is missing goes to
+    ``report["not_run"]`` with the reason. ``counters``: the emulated S3's, to record each run's traffic."""
+    from tierload.bench.small.peers import missing_package
+
+    for name in names:
+        reason = missing_package(name)
+        if reason is not None:
+            report.setdefault("not_run", {})[name] = reason
+            runner.echo(f"{name}: {reason}")
+            continue
+        before = counters() if counters else {}
+        report["contenders"][name] = runner.contender(name, setup, module="tierload.bench.small.peers")
+        if counters:
+            after = counters()
+            report["contenders"][name]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
 
 
 def _s3(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
@@ -212,6 +240,8 @@ def _s3(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
         report["contenders"] = {"tierload-s3": runner.contender("tierload-s3", setup)}
         after = emulated.counters()
         report["contenders"]["tierload-s3"]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        if options.peers:
+            _peers(runner, ("s3torch-s3", "raydata-s3"), setup, report, emulated.counters)
         if options.profile:
             report["profile"] = _profile(runner, "tierload-s3", setup)
 
