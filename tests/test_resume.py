@@ -156,8 +156,9 @@ def test_a_new_process_resumes_from_a_checkpoint_with_other_workers_and_a_warm_c
                                                                                     tier_config, tmp_path):
     """Stop a job after k batches, start a new process from the checkpoint with another num_workers: the
     rest of the epoch is exactly the samples not yet seen, in order, and the restarted node cache adopts
-    the hot tier's files (hot hits, no cold reads for them). The first process joins this session's Ray
-    and owns the node cache, which dies with it; the second starts a Ray of its own and a fresh cache."""
+    the hot tier's files (hot hits, no cold reads for them). The first process joins this session's Ray,
+    whose node cache is detached and outlives it; the second process finds that live owner of the hot
+    directory and joins it (issue 13), so the epoch's counters on that cache are both processes'."""
     import yaml
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -197,7 +198,10 @@ def test_a_new_process_resumes_from_a_checkpoint_with_other_workers_and_a_warm_c
     print(outputs[1])
     print(f"resumed epoch 0 in the new process: {stats['accesses']} block accesses, {stats['hot_hits']} hot hits, "
           f"{stats['cold_gets']} cold GETs")
-    assert stats["accesses"] == 80 and stats["hot_hits"] >= 40 and stats["cold_gets"] <= 80 - stats["hot_hits"]
+    # Both processes' epoch-0 streams are on the one cache (the first's 20 samples and its prefetch, then
+    # the second's 80): the second's samples are checked exactly above by their ids.
+    assert stats["accesses"] >= 80 and stats["hot_hits"] >= 40
+    assert stats["cold_gets"] <= stats["accesses"] - stats["hot_hits"]
 
 
 def _epoch_rows(s3, name, config, epoch) -> list[int]:

@@ -33,6 +33,7 @@ import numpy as np
 from tierload.blocks import Block
 from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.checksum import checksum
+from tierload.checksum_key import deployment_key
 from tierload.config import TierloadConfig
 from tierload.errors import ConfigError, ServiceError
 from tierload.manifest import Manifest
@@ -192,6 +193,9 @@ class Prestager:
                                     self._round.collect, lambda: time.time() if clock is None else clock,
                                     self.store, config.wire.zstd_level if config.warm.compress else None,
                                     max_pending_bytes=4 * BATCH_BYTES)
+        # Frames carry the deployment's keyed checksum: the coordinator's key, the one every node
+        # cache of this warm tier checks with (a frame under another key would be refetched from cold).
+        self.sync.secret = coordinator_call("checksum_key", deployment_key(config.warm.url, config.hot.dir))
 
     def run(self, blocks: list[Block]) -> PrestageResult:
         """Stage ``blocks`` in order; returns what was done (also when :attr:`stop` was set).
@@ -239,7 +243,7 @@ class Prestager:
             raw = b"".join(parts[at:at + len(block_requests)])
             at += len(block_requests)
             self._round.counts[block.key] = self.epochs
-            self.sync.offer_fetched(block.key, raw, checksum(raw))
+            self.sync.offer_fetched(block.key, raw, checksum(raw, self.sync.secret))
         self.sync.flush()
         admitted = 0
         for block in batch:

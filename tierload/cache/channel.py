@@ -68,6 +68,8 @@ class ChannelServer:
         self._socket.bind(address)
         self._socket.listen(_LISTEN_BACKLOG)
         self._closed = False
+        self._open: set[Connection] = set()  # authenticated connections, hung up on by close()
+        self._open_lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept_loop, name="tierload-channel", daemon=True)
         self._thread.start()
 
@@ -90,8 +92,17 @@ class ChannelServer:
         try:
             conn = self._authenticate(sock)
             if conn is not None:
-                with conn:
-                    self._serve(conn)
+                with self._open_lock:
+                    if self._closed:
+                        conn.close()
+                        return
+                    self._open.add(conn)
+                try:
+                    with conn:
+                        self._serve(conn)
+                finally:
+                    with self._open_lock:
+                        self._open.discard(conn)
         finally:
             self._slots.release()
 
@@ -158,8 +169,21 @@ class ChannelServer:
             return False, error
 
     def close(self) -> None:
-        """Stop accepting and remove the socket file (connections already open finish their call)."""
-        self._closed = True
+        """Stop accepting, hang up on every open connection and remove the socket file.
+
+        Hanging up matters: a call still in progress would otherwise reach a target that is
+        being closed and answer with that failure; a client that sees the connection end
+        instead treats the cache as gone (reconnects, or reads blocks itself).
+        """
+        with self._open_lock:
+            self._closed = True
+            open_now = list(self._open)
+        for conn in open_now:
+            try:
+                with socket.socket(fileno=os.dup(conn.fileno())) as view:
+                    view.shutdown(socket.SHUT_RDWR)  # the peer's recv ends; this thread's recv/send fails
+            except OSError:
+                pass
         try:
             self._socket.shutdown(socket.SHUT_RDWR)  # wakes the accept loop
         except OSError:

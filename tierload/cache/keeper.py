@@ -88,10 +88,12 @@ class NodeCacheKeeper:
 
         from tierload.cache.runtime import node_endpoint
 
-        if endpoint is None:
+        if endpoint is None and ray.is_initialized():
             # No endpoint: the cache was closed on purpose (it withdraws its file) or the file
             # was removed while the cache runs; either way there is nothing to start again.
-            return ray.is_initialized() and self._actor_exists()
+            return self._actor_exists()
+        # No endpoint and no Ray here: this job had joined another job's cache, which closed when
+        # that job ended (it withdraws its file at exit); this job still reads, so it takes over.
         try:
             # Joins whoever owns the directory now, or starts the cache here: in this process's
             # Ray, or, for a job that had joined another job's cache, in a local Ray of its own.
