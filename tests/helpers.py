@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 from pathlib import Path
@@ -115,3 +116,15 @@ def land_warm_writes(dataset, timeout_s: float = 60.0) -> None:
         assert time.monotonic() < deadline, "the node cache's fetches never finished"
         time.sleep(0.01)
     dataset._link.call("sync_now", wait_s=30.0)
+
+
+def actor_log_lines(pid: int, needle: str) -> int:
+    """Lines holding ``needle`` in the stderr log Ray keeps for the worker process ``pid``."""
+    import ray
+
+    logs = ray._private.worker._global_node.get_logs_dir_path()
+    count = 0
+    for path in glob.glob(os.path.join(logs, f"worker-*-{pid}.err")):
+        with open(path, errors="replace") as handle:
+            count += sum(needle in line for line in handle)
+    return count

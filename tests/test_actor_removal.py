@@ -7,14 +7,12 @@ and the epoch (and the next) yields every sample exactly once. Warnings stay few
 
 from __future__ import annotations
 
-import glob
 import logging
-import os
 import threading
 import time
 
 import pytest
-from helpers import index_of, land_warm_writes, put_indexed_objects
+from helpers import actor_log_lines, index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
 from tierload.cache.coordinator_sync import CoordinatorSync
@@ -33,18 +31,6 @@ def epoch_indices(dataset, epoch: int, num_workers: int = 0, on_batch=None) -> l
         if on_batch is not None:
             on_batch(batch_index)
     return seen
-
-
-def actor_log_lines(pid: int, needle: str) -> int:
-    """Lines holding ``needle`` in the stderr log Ray keeps for the worker process ``pid``."""
-    import ray
-
-    logs = ray._private.worker._global_node.get_logs_dir_path()
-    count = 0
-    for path in glob.glob(os.path.join(logs, f"worker-*-{pid}.err")):
-        with open(path, errors="replace") as handle:
-            count += sum(needle in line for line in handle)
-    return count
 
 
 def tierload_warnings(caplog) -> int:

@@ -11,7 +11,6 @@ tests run a real local Ray and the local S3 server (moto over HTTP).
 from __future__ import annotations
 
 import errno
-import glob
 import logging
 import os
 import shutil
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import index_of, land_warm_writes, put_indexed_objects
+from helpers import actor_log_lines, index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
 from tierload.cache.endpoint import ENDPOINT_FILE
@@ -219,18 +218,6 @@ def settled_levels(dataset, timeout_s: float = 60.0) -> list[dict]:
             return stats["levels"]
         assert time.monotonic() < deadline, "the node cache's fetches never finished"
         time.sleep(0.02)
-
-
-def actor_log_lines(pid: int, needle: str) -> int:
-    """Lines holding ``needle`` in the stderr log Ray keeps for the worker process ``pid``."""
-    import ray
-
-    logs = ray._private.worker._global_node.get_logs_dir_path()
-    count = 0
-    for path in glob.glob(os.path.join(logs, f"worker-*-{pid}.err")):
-        with open(path, errors="replace") as handle:
-            count += sum(needle in line for line in handle)
-    return count
 
 
 def warm_stats(config) -> dict:
