@@ -69,7 +69,7 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
         return exc
     code = error_code(exc)
     text = str(exc)
-    names = {type(c).__name__ for c in _chain(exc)}
+    names = {type(c).__name__ for c in exception_chain(exc)}
     if names & {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
                 "ConnectionRefusedError", "ServerDisconnectedError", "gaierror"} and not code:
         return EndpointUnreachableError(f"cannot reach the cold tier's endpoint: {text}", tier="cold", url=url)
@@ -95,7 +95,8 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
 
 
-def _chain(exc: BaseException | None):
+def exception_chain(exc: BaseException | None):
+    """``exc``, then its causes and contexts in turn (each once)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -379,7 +380,7 @@ class ColdSource:
                 result = call()
             except Exception as exc:  # noqa: BLE001 - translated and classified in one place
                 error = translate_error(exc, url)
-                failure = classify(error, error_code(exc), (type(cause).__name__ for cause in _chain(exc)))
+                failure = classify(error, error_code(exc), (type(cause).__name__ for cause in exception_chain(exc)))
                 delay = budget.after_failure(failure)
                 if delay is None:
                     raise budget.final_error(error, failure) from exc

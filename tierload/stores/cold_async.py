@@ -79,14 +79,6 @@ async def gather_in_order(coroutines: Sequence) -> list:
     return [task.result() for task in tasks]
 
 
-def _causes(exc: BaseException | None):
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
 def check_length(url: str, start: int, end: int, data: bytes, size: int | None) -> None:
     """Raise unless ``data`` is all of ``[start, end)``.
 
@@ -189,7 +181,7 @@ class S3RangeReader:
                            tally: dict) -> bytes:
         """One request, counted in ``tally`` and in the in-flight limit; failures as :class:`_FailedRequest`."""
         # Deferred: cold.py imports this module.
-        from tierload.stores.cold import error_code, translate_error
+        from tierload.stores.cold import error_code, exception_chain, translate_error
 
         limit = _in_flight_limit(self._source.config.max_in_flight)
         token = await limit.acquire()
@@ -204,7 +196,7 @@ class S3RangeReader:
             outcome = None
         except Exception as exc:  # noqa: BLE001 - translated and classified in one place, then retried or raised
             error = translate_error(exc, url)
-            outcome = classify(error, error_code(exc), (type(cause).__name__ for cause in _causes(exc)))
+            outcome = classify(error, error_code(exc), (type(cause).__name__ for cause in exception_chain(exc)))
             if outcome in (Failure.FINAL, Failure.THROTTLED):  # the endpoint answered
                 HEALTH.answered(self._source.location.endpoint_url)
             raise _FailedRequest(error, outcome, exc) from exc
