@@ -117,6 +117,7 @@ def block(index: int, size: int) -> tuple[str, bytes, int]:
 
 
 def test_a_hot_level_remounted_read_only_stops_admitting_keeps_serving_and_says_so_once(tmp_path, mounts, caplog):
+    """Case F02: a hot level turned read-only stops admitting, keeps serving, says so once; index equals disk"""
     caplog.set_level(logging.DEBUG, logger="tierload")
     hot = mounts.tmpfs(tmp_path / "hot", "4m")
     tier, _ = make_hot_tier(tmp_path, {"capacity_bytes": 40_000})
@@ -156,6 +157,7 @@ def small_ram_level(tmp_path, mounts):
 
 def test_a_ram_level_smaller_than_its_capacity_hands_what_does_not_fit_to_the_disk_level(tmp_path, small_ram_level,
                                                                                         caplog):
+    """Case B43: the RAM level's overflow is placed on the disk level; the mismatch is warned at start"""
     caplog.set_level(logging.INFO, logger="tierload")
     tier, _ = make_hot_tier(tmp_path, {"capacity_bytes": 4 * 2**20, "ram_capacity_bytes": 4 * 2**20})
     tier.start()
@@ -173,6 +175,7 @@ def test_a_ram_level_smaller_than_its_capacity_hands_what_does_not_fit_to_the_di
 
 def test_a_warm_dir_that_cannot_be_made_runs_without_a_warm_tier_and_a_read_only_one_opens(tmp_path, mounts,
                                                                                           caplog):
+    """Case B42: a warm dir that cannot be made: no warm tier (warned); a read-only one opens"""
     from tierload.cache.coordinator import Coordinator
 
     frozen = mounts.tmpfs(tmp_path / "frozen", "1m", "ro")
@@ -230,7 +233,7 @@ def warm_stats(config) -> dict:
 
 
 def test_hot_dir_remounted_read_only_mid_epoch(bucket, tier_config, make_dataset, tmp_path, mounts):
-    """Read-only at batch 5: the epoch goes on (no EROFS in the loop), the hot tier serves what it
+    """Case F02. Read-only at batch 5: the epoch goes on (no EROFS in the loop), the hot tier serves what it
     holds, the rest comes from cold; the index matches the disk; the cause is logged once; once
     writable again the tier admits again."""
     name, fs = bucket
@@ -268,7 +271,7 @@ def test_hot_dir_remounted_read_only_mid_epoch(bucket, tier_config, make_dataset
 
 def test_a_full_hot_dir_is_told_once_and_its_accounting_matches_the_disk(bucket, tier_config, make_dataset,
                                                                         tmp_path, mounts):
-    """A 64 KiB tmpfs under a 1 MiB hot tier: 3 epochs, every sample once, one warning at start
+    """Case F02. A 64 KiB tmpfs under a 1 MiB hot tier: 3 epochs, every sample once, one warning at start
     (capacity above the file system's size) and one when it fills, no traceback."""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 24, size=10_000)
@@ -289,6 +292,8 @@ def test_a_full_hot_dir_is_told_once_and_its_accounting_matches_the_disk(bucket,
 
 def test_a_ram_level_smaller_than_its_capacity_spills_to_disk_and_epoch_two_reads_no_s3(
         bucket, tier_config, make_dataset, tmp_path, small_ram_level):
+    """Case B43: RAM level 4 MiB on a 128 KiB tmpfs: the rest lands on disk, later epochs read no S3, one start-up
+    warning"""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 40, size=8000)  # 320 kB; the RAM level holds ~110 kB
     config = with_hot(tier_config(hot="4MiB", warm=None), ram_capacity_bytes=4 * 2**20)
@@ -317,7 +322,7 @@ def check_warm_matches_its_dir(dataset, config, warm: Path) -> dict:
 
 @pytest.mark.parametrize("frozen_at", ["epoch 0, warm with room", "epoch 1, warm full"])
 def test_warm_dir_remounted_read_only_mid_epoch(bucket, tier_config, make_dataset, tmp_path, mounts, frozen_at):
-    """The warm tier (no hot tier) turns read-only at batch 4: while it has room (its writes
+    """Case F02. The warm tier (no hot tier) turns read-only at batch 4: while it has room (its writes
     fail), or when full under LRU (its victims cannot be deleted). Every epoch delivers every
     sample once, warm serves what it holds, the coordinator's index matches the warm directory
     (no leaked reservation, no victim lost from the index), and no traceback is logged."""
@@ -351,6 +356,7 @@ def test_warm_dir_remounted_read_only_mid_epoch(bucket, tier_config, make_datase
 
 def test_an_empty_read_only_warm_dir_at_start_is_a_warning_and_the_job_runs(bucket, tier_config, make_dataset,
                                                                            tmp_path, mounts):
+    """Case B42: an empty read-only warm.url at start: one warning, the job runs from cold and hot"""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 12, size=3000)
     warm = mounts.tmpfs(tmp_path / "warm", "1m", "ro")
@@ -363,6 +369,29 @@ def test_an_empty_read_only_warm_dir_at_start_is_a_warning_and_the_job_runs(buck
     assert warm_stats(config)["warm"]["blocks"] == 0 and warm_stats(config)["warm"]["reserved_blocks"] == 0
     assert dataset.epoch_stats(1).get("cold_gets", 0) == 0  # the hot tier works
     assert actor_log_lines(dataset.cache_stats()["pid"], "is not writable") == 1
+
+
+def test_a_filled_warm_dir_read_only_at_start_serves_its_hits(bucket, tier_config, make_dataset, tmp_path, mounts):
+    """Case B42: a warm tier filled by an earlier run and read-only when the next run starts: one
+    warning, and every block it holds is served from it (no cold GET)."""
+    from tierload.cache.runtime import stop_actors
+
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/ds", 12, size=3000)
+    warm = mounts.tmpfs(tmp_path / "warm", "1m")
+    config = tier_config(hot=0, warm="1MiB")  # no hot tier: every read after the first run is warm's
+    first = make_dataset(f"s3://{name}/ds", config, layout="files")
+    assert_exactly_once(run_epoch(first, 0), payloads)
+    land_warm_writes(first)
+    assert len(block_files(warm)) == 12
+    stop_actors(config)  # the first run ends
+    mounts.remount(warm, read_only=True)
+    assert_writes_fail(warm)
+    again = make_dataset(f"s3://{name}/ds", config, layout="files")
+    assert_exactly_once(run_epoch(again, 1), payloads)
+    stats = again.epoch_stats(1)
+    assert stats.get("cold_gets", 0) == 0 and stats["warm_hits"] == 12
+    assert actor_log_lines(again.cache_stats()["pid"], "is not writable") == 1
 
 
 def test_a_read_only_warm_tier_is_used_again_once_writable(tmp_path, mounts, caplog):

@@ -51,6 +51,11 @@ def _mark(root: Path) -> None:
             pass
 
 
+
+def _warn_not_writable(tier: str, url: str, reason: str) -> None:
+    log.warning("the %s tier directory %s is not writable (%s); its blocks are served, none is added", tier, url,
+                reason)
+
 class LocalDirStore(BlockStore):
     """Blocks as files under a local directory.
 
@@ -81,8 +86,12 @@ class LocalDirStore(BlockStore):
             if not self.root.is_dir():
                 raise BackendError(f"cannot create the {tier} tier directory: {exc}", tier=tier,
                                    url=self.url) from exc
-            log.warning("the %s tier directory %s is not writable (%s); its blocks are served, none is "
-                        "added", tier, self.url, exc)
+            _warn_not_writable(tier, self.url, str(exc))
+        else:
+            # A directory filled by an earlier run needs nothing created, so a read-only mount
+            # would otherwise go unsaid until the first refused write (access(2) reports EROFS).
+            if check and not os.access(self.root / _TMP, os.W_OK):
+                _warn_not_writable(tier, self.url, "read-only file system or no write permission")
         _mark(self.root)
 
     @property
