@@ -47,6 +47,7 @@ def node_cache_handle(config):
 
 
 def test_a_coordinator_killed_for_good_mid_epoch_is_created_again(s3, bucket, tier_config, make_dataset):
+    """Case F04: a coordinator removed with ray.kill mid-epoch is created again by the next call"""
     import ray
 
     from tierload.cache.runtime import coordinator_name
@@ -91,6 +92,7 @@ def test_a_coordinator_killed_for_good_mid_epoch_is_created_again(s3, bucket, ti
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_node_cache_killed_for_good_between_epochs_is_created_again(s3, bucket, tier_config, make_dataset,
                                                                       num_workers, caplog):
+    """Case F04: a node cache removed with ray.kill between epochs is created again; its hot tier adopted"""
     caplog.set_level(logging.WARNING, logger="tierload")
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 30, size=500)
@@ -114,6 +116,7 @@ def test_a_node_cache_killed_for_good_between_epochs_is_created_again(s3, bucket
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_node_cache_killed_for_good_mid_epoch_is_created_again(s3, bucket, tier_config, make_dataset,
                                                                  num_workers, caplog):
+    """Case F04: a node cache removed with ray.kill mid-epoch is created again; the epoch finishes exactly once"""
     caplog.set_level(logging.WARNING, logger="tierload")
     import ray
 

@@ -112,7 +112,7 @@ def _call_within(client: ChannelClient, seconds: float):
 
 
 def test_bad_clients_never_delay_a_good_one(address):
-    """With a handshake deadline far longer than the test, a good client is still served at once."""
+    """Case F05. With a handshake deadline far longer than the test, a good client is still served at once."""
     server = _server(address, handshake_timeout_s=120)
     good = ChannelClient(address, KEY)
     try:
@@ -128,6 +128,7 @@ def test_bad_clients_never_delay_a_good_one(address):
 
 
 def test_a_silent_client_is_hung_up_on_after_the_handshake_deadline(address):
+    """Case F05: a silent client holds only its own connection, and only until the handshake deadline"""
     server = _server(address, handshake_timeout_s=0.5)
     try:
         with _silent_client(address) as sock:
@@ -187,7 +188,7 @@ def _collect(batch):
 
 
 def test_every_sample_arrives_while_bad_clients_hold_connections(bucket, tier_config, make_dataset):
-    """Item 3 end to end: a silent, a slow, a garbage-sending and a wrong-key client are connected
+    """Case F05. Item 3 end to end: a silent, a slow, a garbage-sending and a wrong-key client are connected
     to the node cache's channel while 2 DataLoader workers (which open their own connections
     during the epoch) iterate a real TieredDataset; every sample arrives once."""
     name, fs = bucket

@@ -51,6 +51,7 @@ def profile_only(tmp_path, monkeypatch, faulty_s3):
 
 def test_a_profile_named_only_in_the_training_process_reaches_the_node_cache(
         bucket, tier_config, make_dataset, faulty_s3, profile_only, caplog):
+    """Case B41: AWS_PROFILE set only here (Ray already running): the node cache signs with the profile's key"""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 12, size=1000)
     caplog.set_level(logging.DEBUG, logger="tierload")
@@ -85,6 +86,7 @@ def _read_in_a_clean_process(location: ColdLocation, config: ColdConfig, url: st
 @pytest.mark.parametrize("lean_gets", [True, False], ids=["lean", "aiobotocore"])
 def test_a_shipped_location_reads_with_the_profile_in_a_process_without_it(bucket, faulty_s3, profile_only,
                                                                            lean_gets):
+    """Case B41: a process with no AWS setting at all reads with the profile the config was read under"""
     name, fs = bucket
     fs.pipe_file(f"{name}/ds/a.bin", b"x" * 500)
     config = ColdConfig(storage_options=profile_only, lean_gets=lean_gets)

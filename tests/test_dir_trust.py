@@ -36,7 +36,7 @@ def test_a_missing_tier_dir_and_its_missing_parents_are_created_owner_only(tmp_p
 
 
 def test_a_tier_dir_others_may_write_is_refused_naming_dir_mode_and_key(tmp_path):
-    """Another user made the directory first, mode 0777: tierload does not use it."""
+    """Case F07. Another user made the directory first, mode 0777: tierload does not use it."""
     hot = tmp_path / "hot"
     hot.mkdir()
     hot.chmod(0o777)
@@ -68,6 +68,7 @@ def test_a_parent_others_may_write_is_refused_unless_sticky(tmp_path):
 
 
 def test_the_node_cache_refuses_an_untrusted_hot_dir(tmp_path):
+    """Case F07: the node cache refuses a pre-created group-writable hot dir before it publishes an endpoint"""
     hot = tmp_path / "hot"
     hot.mkdir()
     hot.chmod(0o775)

@@ -125,12 +125,15 @@ def _assert_every_sample_once(result: dict) -> None:
 
 
 def test_two_jobs_with_their_own_ray_share_one_node_cache_within_capacity(s3, bucket, tmp_path, jobs):
+    """Case B39: two jobs, each able to start its own Ray, one hot and one warm dir, capacities below the data, 4
+    epochs: every sample right in both, the tiers never above their capacities; the second job joins, a third with
+    other capacities is refused"""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", OBJECTS, size=SIZE)
     url, config = f"s3://{name}/ds", _config(tmp_path)
     peaks = PeakUsage(tmp_path / "hot", tmp_path / "warm")
 
-    owner = Job(tmp_path, "owner", _spec(s3, url, config, seed=1))
+    owner = Job(tmp_path, "owner", _spec(s3, url, config, seed=1, epochs=4))
     jobs.append(owner)
     started = owner.wait_for("started")
     assert started["ray"] and started["cache_pid"] != started["pid"]  # its own Ray, its cache actor
@@ -144,7 +147,7 @@ def test_two_jobs_with_their_own_ray_share_one_node_cache_within_capacity(s3, bu
     assert f"pid {started['cache_pid']}" in str(refused.value)
     assert f"hot.capacity_bytes: owner {HOT}, this job {2 * HOT}" in str(refused.value)
 
-    joiner = Job(tmp_path, "joiner", _spec(s3, url, config, seed=2, num_workers=1, delay_s=0.002))
+    joiner = Job(tmp_path, "joiner", _spec(s3, url, config, seed=2, num_workers=1, delay_s=0.002, epochs=4))
     jobs.append(joiner)
     joined = joiner.wait_for("started")
     assert joined["cache_pid"] == started["cache_pid"]  # the owner's node cache

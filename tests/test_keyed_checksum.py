@@ -52,7 +52,7 @@ def _samples(dataset, epoch):
 
 
 def test_a_forged_block_with_a_valid_header_is_refetched_not_served(bucket, tier_config, make_dataset, tmp_path):
-    """The issue's attack: a block file replaced by one carrying a valid header and a checksum
+    """Case F07. The issue's attack: a block file replaced by one carrying a valid header and a checksum
     anyone can compute (the unkeyed xxh3 of the forged bytes) is never served."""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 6, size=500)

@@ -48,6 +48,7 @@ def _loopback(address: str) -> bool:
 
 
 def test_the_embedded_ray_listens_on_loopback_only(tmp_path):
+    """Case F06: every socket the embedded Ray's processes listen on is a loopback address"""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TIERLOAD_RAY__ADDRESS")}
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "hot")], capture_output=True, text=True,
                           timeout=240, env=env)

@@ -35,6 +35,7 @@ def sample_names(manifest) -> list[str]:
 
 
 def test_changing_extensions_or_exclude_gives_a_new_sample_list(images, tmp_path):
+    """Case B44: starting again on one manifest cache dir with other extensions or exclude: the new settings hold"""
     source = ColdSource(images, load_config({}).cold)
     cache = str(tmp_path / "manifests")
     base = dict(cache_dir=cache, layout="imagefolder", pack_target_bytes=0)
@@ -53,6 +54,7 @@ def test_changing_extensions_or_exclude_gives_a_new_sample_list(images, tmp_path
 @pytest.mark.parametrize("setting", [{"block_bytes": 4096}, {"pack_threshold_bytes": 10}, {"pack_target_bytes": 1},
                                      {"pack_order": "listing"}, {"label_column": "y"}, {"layout": "files"}])
 def test_every_setting_that_shapes_the_blocks_is_part_of_the_identity(images, tmp_path, setting):
+    """Case B44: every setting that shapes the blocks gives a new manifest"""
     source = ColdSource(images, load_config({}).cold)
     assert cache_path(source, ManifestConfig(**setting), None) != cache_path(source, ManifestConfig(), None)
 

@@ -32,6 +32,7 @@ def samples_of(dataset) -> list[dict]:
 
 
 def test_b36_members_of_one_sample_that_are_not_adjacent_make_whole_samples(bucket, tier_config, make_dataset):
+    """Case B36: members 0.a, 1.a, 0.b, 1.b of one shard make 2 whole samples, never 4 halves"""
     name, fs = bucket
     fs.pipe_file(f"{name}/wds/shard-0.tar", tar_of([("0.a", b"a0"), ("1.a", b"a1"), ("0.b", b"b0"), ("1.b", b"b1")]))
     fs.invalidate_cache()
@@ -41,7 +42,7 @@ def test_b36_members_of_one_sample_that_are_not_adjacent_make_whole_samples(buck
 
 
 def test_scattered_members_are_never_split_across_range_blocks(bucket, tier_config, make_dataset):
-    """A shard cut into many blocks keeps each key whole, even when its members are far apart."""
+    """Case B36. A shard cut into many blocks keeps each key whole, even when its members are far apart."""
     name, fs = bucket
     payload = bytes(3000)
     members = [(f"{i:03d}.a", payload + bytes([i])) for i in range(20)]
@@ -63,6 +64,7 @@ def test_scattered_members_are_never_split_across_range_blocks(bucket, tier_conf
 
 
 def test_decoder_groups_members_by_key_within_a_block():
+    """Case B36: the decoder groups a block's members by key, adjacent or not"""
     data = tar_of([("0.a", b"a0"), ("1.a", b"a1"), ("0.b", b"b0"), ("1.b", b"b1")])
     out = WebDatasetDecoder(decode=False).decode(0, data)
     assert [sample for sample, _ in out] == [{"__key__": "0", "a": b"a0", "b": b"b0"},
@@ -70,7 +72,7 @@ def test_decoder_groups_members_by_key_within_a_block():
 
 
 def test_parquet_list_types_depend_only_on_the_schema(bucket, tier_config, make_dataset):
-    """A null element in one row group neither turns its neighbours to float nor alters big integers."""
+    """Case B46. A null element in one row group neither turns its neighbours to float nor alters big integers."""
     name, fs = bucket
     big = 2**53 + 1
     table = pa.table({"i": pa.array([0, 1, 2, 3]),

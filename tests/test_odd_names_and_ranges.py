@@ -36,6 +36,7 @@ def odd_names(tmp_path):
 
 
 def test_file_names_that_are_not_utf8_are_skipped_with_the_reason(odd_names, caplog):
+    """Case B38: a file:// name holding byte 0xE9 is skipped, its reason in manifest.skipped; no UnicodeEncodeError"""
     source = ColdSource(f"file://{odd_names}", load_config({}).cold)
     with caplog.at_level(logging.WARNING, logger="tierload"):
         manifest = build_manifest(source, ManifestConfig(pack_target_bytes=0), layout="files")
@@ -49,6 +50,7 @@ def test_file_names_that_are_not_utf8_are_skipped_with_the_reason(odd_names, cap
 
 
 def test_a_prefix_of_only_unreadable_names_says_so(tmp_path):
+    """Case B38: a prefix of only non-UTF-8 names is a ManifestError naming the reason, not UnicodeEncodeError"""
     with open(os.fsencode(tmp_path) + b"/\xff.bin", "wb") as handle:
         handle.write(b"x")
     source = ColdSource(f"file://{tmp_path}", load_config({}).cold)

@@ -44,6 +44,7 @@ def test_b32_an_always_throttled_object_costs_max_attempts_gets(s3, bucket, max_
 
 @pytest.mark.parametrize("lean_gets", [True, False], ids=["lean", "aiobotocore"])
 def test_a_get_that_never_answers_costs_max_attempts_gets(s3, bucket, lean_gets):
+    """Case F03: a GET that never answers costs exactly cold.max_attempts requests at the proxy"""
     with FaultyS3(s3.endpoint_url) as proxy:
         source, obj, key, _ = _one_object(s3, bucket, proxy, max_attempts=3, read_timeout_s=0.5,
                                           lean_gets=lean_gets)
@@ -116,6 +117,7 @@ def _epoch_through_an_outage(s3, bucket, tier_config, make_dataset, outage_s):
 
 
 def test_an_epoch_survives_a_10s_outage(s3, bucket, tier_config, make_dataset):
+    """Case F03: a 10 s S3 outage mid-epoch costs time, not the epoch: every sample once, exact bytes"""
     _epoch_through_an_outage(s3, bucket, tier_config, make_dataset, 10)
 
 

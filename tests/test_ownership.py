@@ -40,6 +40,8 @@ def started():
 
 
 def test_a_second_cache_on_an_owned_directory_is_refused_with_the_owner_and_each_difference(tmp_path, started):
+    """Case B39: one owner per hot dir: a second cache with other settings is refused, naming the owner and each
+    difference"""
     hot = tmp_path / "hot"
     started(_config(hot))
     owner = live_owner(str(hot))
@@ -96,6 +98,7 @@ _OWNER_SCRIPT = textwrap.dedent("""
 
 
 def test_a_killed_owner_is_taken_over_with_its_complete_blocks_adopted(tmp_path, started, caplog):
+    """Case B12: a dead owner's lock is detected and taken over; its complete blocks are reused"""
     hot = tmp_path / "hot"
     owner = subprocess.Popen([sys.executable, "-c", _OWNER_SCRIPT, str(hot)], stdout=subprocess.PIPE, text=True)
     try:

@@ -42,6 +42,7 @@ def assert_exactly_once(got: list[tuple[int, bytes]], payloads: list[bytes]) -> 
 
 def test_hot_block_with_a_flipped_codec_byte_is_dropped_and_refetched(bucket, tier_config, make_dataset,
                                                                        tmp_path):
+    """Case F01: a hot block whose codec byte is flipped is corruption: dropped, counted, refetched from cold"""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 10, size=500)
     dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None), layout="files", shuffle=False)
@@ -63,6 +64,7 @@ def test_hot_block_with_a_flipped_codec_byte_is_dropped_and_refetched(bucket, ti
 
 def test_hot_block_with_a_bad_codec_byte_is_refetched_from_the_warm_tier(bucket, tier_config, make_dataset,
                                                                         tmp_path):
+    """Case F01: a hot block that fails to decode is refetched from the warm tier"""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 6, size=500)
     dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm="1MiB"), layout="files",
@@ -81,7 +83,7 @@ def test_hot_block_with_a_bad_codec_byte_is_refetched_from_the_warm_tier(bucket,
 
 
 def test_every_single_bit_flip_of_a_zstd_frame_is_an_integrity_error_or_harmless():
-    """The issue counted 1,223 of 5,794 single-bit flips of one payload raising ``ZstdError``."""
+    """Case F01. The issue counted 1,223 of 5,794 single-bit flips of one payload raising ``ZstdError``."""
     key = "k" * 16
     raw = b"".join(f"{i:08d}".encode() + bytes(40) for i in range(60))
     frame = encode_frame(key, raw, fmt=FrameFormat(zstd_level=3))
@@ -103,6 +105,7 @@ def test_every_single_bit_flip_of_a_zstd_frame_is_an_integrity_error_or_harmless
 
 def test_warm_block_with_a_flipped_bit_in_its_zstd_payload_is_dropped_and_refetched(bucket, tier_config,
                                                                                      make_dataset, tmp_path):
+    """Case F01: zstd bit rot in a warm block: the copy is dropped, counted and refetched; the epoch goes on"""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 8, size=4000)  # zeros after the index: compresses well
     config = tier_config(hot=0, warm="1MiB")
