@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCENARIO = Path(__file__).parent / "multinode" / "scenario.py"
 
 
@@ -23,7 +25,8 @@ def run_scenario(name: str, workdir: Path) -> dict:
 
 
 def test_peers_serve_the_second_epoch_with_zero_cold_reads(tmp_path):
-    """Each node's hot tier holds a third; warm is off. Epoch 2 comes from local hot tiers and peers."""
+    """Case B31: each node's hot tier holds a third; warm is off. Epoch 2 comes from local hot tiers
+    and peers (no cold GET), in a new shuffled order, every sample once across the ranks."""
     result = run_scenario("peer", tmp_path)
     for number, epoch in enumerate(result["epochs"], 1):
         print(f"\npeer scenario, epoch {number}: per rank {epoch['per_rank']}, hot hits {epoch['hot_hits']}, "
@@ -33,10 +36,44 @@ def test_peers_serve_the_second_epoch_with_zero_cold_reads(tmp_path):
     first, second = result["epochs"]
     for epoch in (first, second):
         assert epoch["seen"] == list(range(90)) and epoch["per_rank"] == [30, 30, 30]  # exactly once
+    assert all(one != two for one, two in zip(first["orders"], second["orders"], strict=True))  # reshuffled
     assert first["cold_gets"] == 90
     assert second["cold_bytes"] == 0 and second["cold_gets"] == 0
     assert second["peer_hits"] > 0 and second["peer_hits"] + second["hot_hits"] == 90
     assert 0 < second["peer_bytes"] < second["peer_hits"] * 2000  # zstd on the wire between nodes
+
+
+@pytest.mark.slow
+def test_blocks_too_large_for_a_share_of_the_object_store_are_never_asked_of_peers(tmp_path):
+    """Case B24 across nodes: a peer's answer is a Ray return value (it passes whole through the
+    object store), so a block larger than ``hot.peer_max_store_fraction`` of the node's store comes
+    from warm or cold instead; every sample still arrives once."""
+    result = run_scenario("peer_limit", tmp_path)
+    first, second = result["epochs"]
+    for epoch in (first, second):
+        assert epoch["seen"] == list(range(90)) and epoch["per_rank"] == [30, 30, 30]
+    assert second["peer_hits"] == 0 and second["peer_bytes"] == 0
+    assert second["cold_gets"] > 0 and second["hot_hits"] + second["cold_gets"] == 90
+
+
+@pytest.mark.slow
+def test_two_nodes_of_two_ranks_read_epoch_two_from_their_hot_tiers(tmp_path):
+    """Case B31, as reported: 2 nodes x 2 ranks, one hot dir per node, the data fits the two hot
+    tiers together, shuffle on: epoch 2 makes at most 5% of epoch 1's cold GETs, its order differs,
+    and each sample is read once per epoch across all ranks."""
+    result = run_scenario("locality", tmp_path)
+    assert len(set(result["placement"])) == 2 and len(result["placement"]) == 4
+    first, second = result["epochs"]
+    for number, epoch in enumerate(result["epochs"], 1):
+        print(f"\nlocality, epoch {number}: cold GETs {epoch['cold_gets']}, hot hits {epoch['hot_hits']}, "
+              f"peer hits {epoch['peer_hits']}", end="")
+    for epoch in (first, second):
+        # 90 samples over 4 ranks: equal shares of 23, the last two padded by repeating (case B03's rule).
+        assert epoch["per_rank"] == [23] * 4 and sorted(set(epoch["seen"])) == list(range(90))
+        assert len(epoch["seen"]) == 92
+    assert all(one != two for one, two in zip(first["orders"], second["orders"], strict=True))
+    # Each rank reports its node's counters (two ranks share a node cache): both epochs alike.
+    assert first["cold_gets"] > 0 and second["cold_gets"] <= 0.05 * first["cold_gets"]
 
 
 def test_a_node_lost_mid_epoch_leaves_the_survivors_exact(tmp_path):

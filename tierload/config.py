@@ -113,6 +113,9 @@ class HotConfig(_Frozen):
     ram_capacity_bytes: int = 0
     peer_copy_min_count: float = Field(default=3.0, ge=0)
     peer_timeout_s: float = Field(default=10.0, gt=0)
+    # A peer's answer is a Ray return value, so it passes whole through the object store: a block
+    # larger than this share of the node's store is never asked of a peer (warm or cold serve it).
+    peer_max_store_fraction: float = Field(default=0.25, gt=0, le=1)
     # A hot level that refused a write (read-only, no permission) admits nothing for this long;
     # a full one (ENOSPC) has its capacity lowered to what it holds and checked again as often.
     write_retry_s: float = Field(default=30.0, gt=0)

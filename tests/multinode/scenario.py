@@ -28,10 +28,10 @@ SIZE = 2000
 class Trainer:
     """One training process per node: iterates its rank's share of each epoch."""
 
-    def __init__(self, rank: int, url: str, config: dict, storage_options: dict) -> None:
+    def __init__(self, rank: int, url: str, config: dict, storage_options: dict, world_size: int = NODES) -> None:
         from tierload import TieredDataset
 
-        self.dataset = TieredDataset(url, config, rank=rank, world_size=NODES, storage_options=storage_options,
+        self.dataset = TieredDataset(url, config, rank=rank, world_size=world_size, storage_options=storage_options,
                                      layout="files", batch_size=5)
 
     def node_id(self) -> str:
@@ -49,11 +49,12 @@ class Trainer:
         return {"seen": seen, "stats": self.dataset.epoch_stats(epoch)}
 
 
-def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int = 64, start_trainers: bool = True):
+def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int = 64, start_trainers: bool = True,
+          node_count: int = NODES, ranks_per_node: int = 1, hot_extra: dict | None = None):
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "resources": {"node0": 1}, "object_store_memory": 100 * 2**20})
     nodes = [cluster.head_node]
-    for index in range(1, NODES):
+    for index in range(1, node_count):
         nodes.append(cluster.add_node(num_cpus=1, resources={f"node{index}": 1}, object_store_memory=100 * 2**20))
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="tierload", log_to_driver=False, configure_logging=False)
@@ -63,21 +64,23 @@ def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int 
     stored = SIZE + 40  # block header
     config = {
         "hot": {"dir": f"{workdir}/hot/{{node}}", "capacity_bytes": int(SAMPLES * stored * per_node_fraction),
-                "peer_timeout_s": 3.0},
+                "peer_timeout_s": 3.0, **(hot_extra or {})},
         "warm": {"url": f"{workdir}/warm" if warm else None, "capacity_bytes": SAMPLES * stored * 2},
         # One block per object: capacities above are sized in objects (packs: tests/test_packs.py).
         "manifest": {"cache_dir": f"{workdir}/manifests", "pack_target_bytes": 0},
         "prefetch": {"depth_blocks": depth_blocks},
     }
-    trainers = [Trainer.options(resources={f"node{i}": 0.01}).remote(i, "s3://multinode/ds", config,
-                                                                      s3.storage_options)
-                for i in range(NODES)] if start_trainers else []
+    world_size = node_count * ranks_per_node
+    trainers = [Trainer.options(resources={f"node{rank // ranks_per_node}": 0.01}).remote(
+        rank, "s3://multinode/ds", config, s3.storage_options, world_size)
+                for rank in range(world_size)] if start_trainers else []
     return cluster, nodes, s3, config, trainers
 
 
 def summarize(results: list[dict]) -> dict:
     stats = [r["stats"] for r in results]
     return {"seen": sorted(i for r in results for i in r["seen"]),
+            "orders": [r["seen"] for r in results],
             "per_rank": [len(r["seen"]) for r in results],
             "cold_bytes": sum(s.get("cold_bytes", 0) for s in stats),
             "cold_gets": sum(s.get("cold_gets", 0) for s in stats),
@@ -89,9 +92,9 @@ def summarize(results: list[dict]) -> dict:
             "hit_ratio_per_rank": [hit_ratios(s) for s in stats]}
 
 
-def scenario_peer(workdir: str) -> dict:
+def scenario_peer(workdir: str, hot_extra: dict | None = None) -> dict:
     """Warm disabled, each hot tier holds a third: epoch 2 must come from hot tiers and peers only."""
-    cluster, _nodes, s3, _config, trainers = start(workdir, warm=False, per_node_fraction=0.36)
+    cluster, _nodes, s3, _config, trainers = start(workdir, warm=False, per_node_fraction=0.36, hot_extra=hot_extra)
     try:
         placement = ray.get([t.node_id.remote() for t in trainers])
         epochs = []
@@ -99,6 +102,30 @@ def scenario_peer(workdir: str) -> dict:
             epochs.append(summarize(ray.get([t.epoch.remote(epoch) for t in trainers])))
             time.sleep(0.6)  # epoch boundary: residency reaches the coordinator
         return {"distinct_nodes": len(set(placement)), "epochs": epochs}
+    finally:
+        s3.stop()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def scenario_peer_limit(workdir: str) -> dict:
+    """Case B24 across nodes: as ``peer``, but blocks (2 kB) are larger than the share of a node's
+    object store (100 MiB) a peer may send (``hot.peer_max_store_fraction``: 1e-5, about 1 kB)."""
+    return scenario_peer(workdir, hot_extra={"peer_max_store_fraction": 1e-5})
+
+
+def scenario_locality(workdir: str) -> dict:
+    """Case B31: 2 nodes x 2 ranks, warm off, the two hot tiers together hold the data: shuffled
+    epochs 1 and 2, epoch 2 from the hot tiers (own or peer's), not S3."""
+    cluster, _nodes, s3, _config, trainers = start(workdir, warm=False, per_node_fraction=0.55, node_count=2,
+                                                   ranks_per_node=2)
+    try:
+        placement = ray.get([t.node_id.remote() for t in trainers])
+        epochs = []
+        for epoch in range(2):
+            epochs.append(summarize(ray.get([t.epoch.remote(epoch) for t in trainers])))
+            time.sleep(0.6)  # epoch boundary: residency reaches the coordinator
+        return {"placement": placement, "epochs": epochs}
     finally:
         s3.stop()
         ray.shutdown()
@@ -193,7 +220,8 @@ def scenario_serve(workdir: str) -> dict:
         cluster.shutdown()
 
 
-SCENARIOS = {"peer": scenario_peer, "node_loss": scenario_node_loss, "serve": scenario_serve}
+SCENARIOS = {"peer": scenario_peer, "peer_limit": scenario_peer_limit, "locality": scenario_locality, "node_loss": scenario_node_loss,
+             "serve": scenario_serve}
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)

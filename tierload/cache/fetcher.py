@@ -89,11 +89,12 @@ class Fetcher:
         accounting: Where fetch outcomes and byte counts are added.
         sync: The node's link to the coordinator (holder map, warm proposals), or None.
         peer_call: ``peer_call(node_id, method, *args, timeout_s=...)``, or None.
+        peer_max_bytes: Blocks longer than this (bytes) are not asked of peers; None: no limit.
     """
 
     def __init__(self, config: TierloadConfig, node_id: str, cond: threading.Condition, catalog: BlockCatalog,
                  hot: HotTier, pins: PinCounts, accounting: NodeAccounting, sync: CoordinatorSync | None,
-                 peer_call: Callable | None) -> None:
+                 peer_call: Callable | None, peer_max_bytes: int | None = None) -> None:
         self.config = config
         self.node_id = node_id
         self._cond = cond
@@ -103,6 +104,7 @@ class Fetcher:
         self._accounting = accounting
         self._sync = sync
         self._peer_call = peer_call
+        self._peer_max_bytes = peer_max_bytes
         self._warm: BlockStore | None = None
         self.secret: bytes | None = None  # the deployment's checksum key, set by the owner's start()
         self._inflight: dict[str, _Fetch] = {}
@@ -266,9 +268,9 @@ class Fetcher:
             return raw, digest
         return None
 
-    def _read_peer_or_warm(self, key: str, tally: Counter) -> tuple[bytes, int, str] | None:
-        """Peer hot tiers first, then warm (blocking): ``(raw, checksum, source)``, or None."""
-        from_peer = self._read_from_peer(key, tally)
+    def _read_peer_or_warm(self, key: str, tally: Counter, peers: bool = True) -> tuple[bytes, int, str] | None:
+        """Peer hot tiers first (if ``peers``), then warm (blocking): ``(raw, checksum, source)``, or None."""
+        from_peer = self._read_from_peer(key, tally) if peers else None
         if from_peer is not None:
             return from_peer[0], from_peer[1], "peer"
         if self._warm is None:
@@ -291,14 +293,20 @@ class Fetcher:
         tally["warm_bytes"] += len(stored)
         return raw, digest, "warm"
 
-    def _may_be_above_cold(self, key: str) -> bool:
-        has_peers = self._sync is not None and self._peer_call is not None and bool(self._sync.holders_of(key))
+    def _may_be_above_cold(self, key: str, peers: bool) -> bool:
+        has_peers = peers and self._sync is not None and self._peer_call is not None and bool(
+            self._sync.holders_of(key))
         return has_peers or self._warm is not None
+
+    def _peers_may_serve(self, block: Block) -> bool:
+        """Whether a peer may send ``block``: its answer would pass whole through Ray's object store."""
+        return self._peer_max_bytes is None or block.length <= self._peer_max_bytes
 
     async def _read_lower_tiers(self, key: str, block: Block, tally: Counter) -> tuple[bytes, int, str]:
         """Peer hot tiers first, then warm, then cold: returns ``(raw, checksum, source)``."""
-        if self._may_be_above_cold(key):
-            found = await self._blocking_call(self._read_peer_or_warm, key, tally)
+        peers = self._peers_may_serve(block)
+        if self._may_be_above_cold(key, peers):
+            found = await self._blocking_call(self._read_peer_or_warm, key, tally, peers)
             if found is not None:
                 return found
         raw = await self._catalog.read_cold_async(key, tally)

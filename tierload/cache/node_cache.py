@@ -72,11 +72,13 @@ class NodeCache:
             cache, or None (no peer transfer).
         ray_address: The Ray cluster this cache runs in, published to other jobs with its
             ownership of the hot directory (:mod:`tierload.cache.ownership`).
+        peer_max_bytes: Blocks larger than this (bytes) are never read from a peer (a peer's
+            answer passes whole through Ray's object store); None: no limit.
     """
 
     def __init__(self, config: dict | TierloadConfig, node_id: str = "local",
                  coordinator_call: Callable | None = None, peer_call: Callable | None = None,
-                 ray_address: str | None = None) -> None:
+                 ray_address: str | None = None, peer_max_bytes: int | None = None) -> None:
         self.config = as_config(config)
         self.node_id = node_id
         self._ray_address = ray_address
@@ -100,7 +102,7 @@ class NodeCache:
                             offer_warm=sync.offer_warm if sync is not None and self._has_warm else None,
                             in_warm=lambda key: sync is not None and key in sync.known_warm)
         self._fetcher = Fetcher(self.config, node_id, self._cond, self._catalog, self._hot, self._pins,
-                                self._accounting, self._sync, peer_call)
+                                self._accounting, self._sync, peer_call, peer_max_bytes)
         self._streams = StreamTable(self.config.prefetch, self._cond, self._catalog, self._hot, self._fetcher,
                                     self._pins, self._accounting, plans)
         self._address = channel_address(node_id, self.hot_dir)

@@ -210,6 +210,16 @@ class _PeerCall:
             raise
 
 
+def _object_store_bytes(node_id: str) -> int | None:
+    """The size of Ray's object store on node ``node_id`` (bytes), or None if Ray does not say."""
+    import ray
+
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id:
+            return int(node.get("Resources", {}).get("object_store_memory", 0)) or None
+    return None
+
+
 class _RayNodeCache:
     """Actor body: a NodeCache that knows its Ray node and reaches the coordinator and peers by name."""
 
@@ -217,15 +227,19 @@ class _RayNodeCache:
         import ray
 
         from tierload.cache.node_cache import NodeCache
+        from tierload.config import as_config
 
         context = ray.get_runtime_context()
         node_id = context.get_node_id()
         self.where = f"node cache actor on node {node_id}"
         self.refused: TierInUseError | None = None
+        store_bytes = _object_store_bytes(node_id)
+        fraction = as_config(config).hot.peer_max_store_fraction
         try:
             self.cache = NodeCache(config, node_id=node_id,
                                    coordinator_call=_CoordinatorCall(coordinator, namespace, config),
-                                   peer_call=_PeerCall(config, namespace), ray_address=context.gcs_address).start()
+                                   peer_call=_PeerCall(config, namespace), ray_address=context.gcs_address,
+                                   peer_max_bytes=int(store_bytes * fraction) if store_bytes else None).start()
         except TierInUseError as exc:
             # Said by refusal() rather than raised: Ray would restart the actor (max_restarts) in vain.
             self.refused = exc
