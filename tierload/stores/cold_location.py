@@ -98,6 +98,8 @@ class ColdLocation:
         url: Prefix URL of the dataset, e.g. ``s3://bucket/digits`` (:func:`canonical_url` when
             resolved).
         storage_options: Resolved fsspec/s3fs options.
+        credential_chain: The AWS credential chain's settings captured with them
+            (:func:`tierload.stores.aws_chain.capture`; empty off S3 or anonymous).
     """
 
     url: str
