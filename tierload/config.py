@@ -1,31 +1,25 @@
-"""Configuration: frozen pydantic models, and the one function that resolves precedence.
-
-Precedence, highest first: explicit arguments > ``TIERLOAD_*`` environment > YAML file >
-defaults. Environment variables name a nested key with double underscores
-(``TIERLOAD_HOT__CAPACITY_BYTES=4GiB``) and are parsed to the field's type.
+"""Configuration: the frozen pydantic models, the one source of defaults.
 
 The defaults live in one place: the models below. ``configs/default.yaml`` is their commented
 copy for people to read and start from; a test checks it states exactly these values.
+
+Precedence (explicit arguments > ``TIERLOAD_*`` environment > YAML file > defaults) is resolved
+in one function, :func:`load_config` (:mod:`tierload.config_loading`); a file is checked for
+every problem at once by :func:`check_config_file` (:mod:`tierload.config_check`). Both are
+re-exported here, where callers have always imported them from.
 """
 
 from __future__ import annotations
 
-import copy
 import os
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tierload.errors import ConfigError
 from tierload.layouts.registry import LAYOUT_NAMES
 from tierload.policies.registry import POLICIES, POLICY_NAMES, policy_names
 from tierload.units import parse_bytes
-
-ENV_PREFIX = "TIERLOAD_"
 
 
 class _Frozen(BaseModel):
@@ -310,201 +304,15 @@ def default_config_dict() -> dict[str, Any]:
     return TierloadConfig().to_dict()
 
 
-def packaged_default_yaml() -> str:
-    """The text of the packaged ``configs/default.yaml`` (the defaults, commented)."""
-    return resources.files("tierload.configs").joinpath("default.yaml").read_text(encoding="utf-8")
-
-
-def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a policy/config YAML file into a dict.
-
-    Raises:
-        ConfigError: The file is missing, is not YAML, or is not a mapping at the top.
-    """
-    file = Path(path).expanduser()
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(file)!r} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(file)!r} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top, got {type(data).__name__}")
-    return data
-
-
-def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """``TIERLOAD_HOT__CAPACITY_BYTES=4GiB`` -> ``{"hot": {"capacity_bytes": "4GiB"}}``.
-
-    Values stay strings (YAML-parsed, so ``true``/``3``/``null`` work); pydantic converts them
-    to each field's type, so a seed or size from the environment is never left a string.
-    """
-    result: dict[str, Any] = {}
-    for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or "__" not in name:
-            continue
-        path = name[len(ENV_PREFIX):].lower().split("__")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and path[-1].endswith("_bytes"):
-            value = int(value)
-        node = result
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = raw if isinstance(value, (dict, list)) and path[-1] != "extensions" else value
-    return result
-
-
-def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """Recursively merge ``override`` into a copy of ``base`` (override wins)."""
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def validation_messages(exc: ValidationError) -> list[str]:
-    """One line per problem: ``hot.capacity_bytes: 'ten gigs' is not a size ...``."""
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(part) for part in err["loc"])
-        message = err["msg"]
-        for prefix in ("Value error, ", "Assertion failed, ", f"{err['loc'][-1] if err['loc'] else ''}: "):
-            message = message.removeprefix(prefix)
-        if err["type"] == "extra_forbidden":
-            message = f"unknown key {err['loc'][-1]!r} (typo?)"
-        elif "input" in err and err["type"] not in ("value_error",) and not message.startswith(where):
-            message = f"{message} (got {err['input']!r})"
-        lines.append(f"{where}: {message}" if where and not message.startswith(where) else message)
-    return lines
-
-
-def build_config(data: Mapping[str, Any]) -> TierloadConfig:
-    """Validate a full config mapping.
-
-    Raises:
-        ConfigError: Listing every invalid value with its key.
-    """
-    try:
-        return TierloadConfig.model_validate(dict(data))
-    except ValidationError as exc:
-        raise ConfigError("invalid tierload config:\n  " + "\n  ".join(validation_messages(exc))) from None
-
-
-def _key_lines(text: str) -> tuple[dict[tuple[str, ...], int], list[tuple[int, str]]]:
-    """Line (1-based) of every key path in a YAML document, and its duplicate keys as problems."""
-    lines: dict[tuple[str, ...], int] = {}
-    problems: list[tuple[int, str]] = []
-
-    def walk(node, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                sub = (*path, str(key_node.value))
-                line = key_node.start_mark.line + 1
-                if sub in lines:
-                    problems.append((line, f"{'.'.join(sub)}: duplicate key (first set on line {lines[sub]}); "
-                                           "remove one"))
-                    continue
-                lines[sub] = line
-                walk(value_node, sub)
-        elif isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                lines.setdefault((*path, str(index)), item.start_mark.line + 1)
-                walk(item, (*path, str(index)))
-
-    walk(yaml.compose(text, Loader=yaml.SafeLoader), ())
-    return lines, problems
-
-
-def check_config_file(path: str | os.PathLike) -> tuple[TierloadConfig | None, list[str]]:
-    """Validate a YAML config file merged over the defaults, finding every problem.
-
-    Unlike :func:`load_config`, this reads no environment and does not stop at the first
-    problem: YAML syntax, duplicate keys, unknown keys and invalid values are all reported.
-
-    Args:
-        path: The YAML file.
-
-    Returns:
-        ``(config, [])`` when the file is valid, else ``(None, problems)``: one line per
-        problem, ``"line N: key.path: what is wrong and what would be right"`` (no line
-        prefix for a problem not tied to a line of the file).
-
-    Raises:
-        ConfigError: The file does not exist or cannot be read.
-    """
-    file = Path(path).expanduser()
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(file)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {str(file)!r}: {exc}") from None
-    try:
-        lines, problems = _key_lines(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        return None, [f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}"]
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        return None, [f"line 1: the file must hold a mapping of sections (cold, warm, hot, policy ...), "
-                      f"got {type(data).__name__}"]
-    try:
-        config = TierloadConfig.model_validate(deep_merge(default_config_dict(), data))
-    except ValidationError as exc:
-        for error, message in zip(exc.errors(), validation_messages(exc), strict=False):
-            loc = tuple(str(part) for part in error["loc"])
-            found = next((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
-            problems.append((lines[found], message) if found else (0, message))
-        config = None
-    if problems:
-        return None, [f"line {line}: {message}" if line else message for line, message in sorted(problems)]
-    return config, []
-
-
-def as_config(config: "TierloadConfig | Mapping[str, Any]") -> TierloadConfig:
-    """An already-resolved config, or its dict form (as shipped to actors: no defaults or
-    environment are applied again, so the sender's precedence decision stands)."""
-    return config if isinstance(config, TierloadConfig) else build_config(config)
-
-
-def load_config(source: "TierloadConfig | Mapping[str, Any] | str | os.PathLike | None" = None,
-                overrides: Mapping[str, Any] | None = None,
-                environ: Mapping[str, str] | None = None) -> TierloadConfig:
-    """Resolve the effective configuration.
-
-    Args:
-        source: A ready :class:`TierloadConfig` (returned with only ``overrides`` applied), a
-            mapping of settings, a path to a YAML file, or ``None`` for the defaults.
-        overrides: Explicit settings (nested mapping); they win over everything else.
-        environ: Environment to read ``TIERLOAD_*`` variables from (default ``os.environ``).
-
-    Returns:
-        The validated, frozen configuration.
-
-    Raises:
-        ConfigError: A value is invalid (the message lists every bad key and value), or the
-            file cannot be read.
-    """
-    if isinstance(source, TierloadConfig):
-        return build_config(deep_merge(source.to_dict(), overrides or {})) if overrides else source
-    data = default_config_dict()
-    if isinstance(source, (str, os.PathLike)):
-        data = deep_merge(data, read_yaml(source))
-    elif isinstance(source, Mapping):
-        data = deep_merge(data, source)
-    elif source is not None:
-        raise ConfigError(f"config must be a TierloadConfig, a mapping or a YAML path, got {type(source).__name__}")
-    data = deep_merge(data, env_overrides(os.environ if environ is None else environ))
-    data = deep_merge(data, overrides or {})
-    return build_config(data)
+# Re-exported at the end, once the models above exist (both modules import them from here);
+# "name as name" marks each as a re-export.
+from tierload.config_check import check_config_file as check_config_file  # noqa: E402
+from tierload.config_loading import ENV_PREFIX as ENV_PREFIX  # noqa: E402
+from tierload.config_loading import as_config as as_config  # noqa: E402
+from tierload.config_loading import build_config as build_config  # noqa: E402
+from tierload.config_loading import deep_merge as deep_merge  # noqa: E402
+from tierload.config_loading import env_overrides as env_overrides  # noqa: E402
+from tierload.config_loading import load_config as load_config  # noqa: E402
+from tierload.config_loading import packaged_default_yaml as packaged_default_yaml  # noqa: E402
+from tierload.config_loading import read_yaml as read_yaml  # noqa: E402
+from tierload.config_loading import validation_messages as validation_messages  # noqa: E402

@@ -34,16 +34,16 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tierload.cache.consumer import DirectSource, NodeLink
-from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
+from tierload.cache.messages import Endpoint, StreamPlan
 from tierload.config import TierloadConfig, load_config
+from tierload.dataset_args import check_arguments, config_overrides
+from tierload.dataset_link import join_stream, register_dataset
 from tierload.epoch_reader import EpochReader
-from tierload.errors import ChannelLostError, ConfigError, ServiceError, StreamNotOpenError
+from tierload.errors import ConfigError, ServiceError
 from tierload.gpu import DeviceOutput
 from tierload.layouts.base import BlockDecoder
-from tierload.layouts.registry import LAYOUT_NAMES
 from tierload.manifest import Manifest, cache_path, load_manifest, open_manifest
 from tierload.order import (
-    SHUFFLE_MODES,
     epoch_order,
     rank_slice,
     resolve_shuffle,
@@ -58,29 +58,6 @@ from tierload.stores.cold import ColdLocation, ColdSource, canonical_url
 from tierload.tier_dirs import check_source_apart
 
 log = logging.getLogger(__name__)
-
-def _check_arguments(url: str, shuffle: bool | str, batch_size: int | None, layout: str | None,
-                     rank: int | None, world_size: int | None, window_blocks: int) -> str:
-    """Validate :class:`TieredDataset`'s arguments; return the shuffle mode as a string.
-
-    Raises:
-        ConfigError: The first bad argument, named with its value.
-    """
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train")
-    if isinstance(shuffle, bool):
-        shuffle = "auto" if shuffle else "none"
-    if shuffle not in (*SHUFFLE_MODES, "auto"):
-        raise ConfigError(f"shuffle={shuffle!r}; use True/False or one of {', '.join(SHUFFLE_MODES)}")
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise ConfigError(f"batch_size={batch_size!r}; it must be a positive int or None")
-    if layout is not None and layout not in LAYOUT_NAMES:
-        raise ConfigError(f"layout={layout!r}; choose one of {', '.join(LAYOUT_NAMES)} or None")
-    if world_size is not None and (world_size < 1 or rank is None or not 0 <= rank < world_size):
-        raise ConfigError(f"rank={rank!r}, world_size={world_size!r}; need 0 <= rank < world_size")
-    if window_blocks < 1:
-        raise ConfigError(f"window_blocks={window_blocks}; it must be >= 1")
-    return shuffle
 
 
 class TieredDataset(IterableDataset):
@@ -137,7 +114,7 @@ class TieredDataset(IterableDataset):
                  storage_options: Mapping[str, Any] | None = None, address: str | None = None,
                  device: str | torch.device | None = None, lazy: bool = False) -> None:
         super().__init__()
-        shuffle = _check_arguments(url, shuffle, batch_size, layout, rank, world_size, window_blocks)
+        shuffle = check_arguments(url, shuffle, batch_size, layout, rank, world_size, window_blocks)
         try:
             self.seed = int(seed)
         except (TypeError, ValueError):
@@ -146,14 +123,7 @@ class TieredDataset(IterableDataset):
             self._output = DeviceOutput(torch.device(device) if device is not None else None)
         except (RuntimeError, TypeError) as exc:
             raise ConfigError(f"device={device!r} is not a torch device: {exc}") from None
-        overrides: dict[str, Any] = {}
-        if endpoint_url:
-            overrides.setdefault("cold", {})["endpoint_url"] = endpoint_url
-        if storage_options:
-            overrides.setdefault("cold", {})["storage_options"] = dict(storage_options)
-        if address:
-            overrides["ray"] = {"address": address}
-        self.config = load_config(config, overrides=overrides)
+        self.config = load_config(config, overrides=config_overrides(endpoint_url, storage_options, address))
         self.url = canonical_url(url)  # s3a://, doubled or trailing slashes: one dataset, one manifest
         check_source_apart(self.url, {"hot.dir": self.config.hot.dir, "warm.url": self.config.warm.url,
                                       "manifest.cache_dir": self.config.manifest.cache_dir})
@@ -227,15 +197,8 @@ class TieredDataset(IterableDataset):
 
     def _register(self, link: NodeLink | None = None) -> None:
         client = link or self._link
-        manifest = self._manifest
-        assert client is not None and manifest is not None, "start() sets both"
-        if client.call("has_dataset", manifest.dataset_id):
-            return
-        if self._manifest_path is not None and client.call("register_dataset", DatasetRegistration(
-                manifest.dataset_id, self._cold, BlockTable.of([]), manifest_path=str(self._manifest_path))):
-            return  # the cache mapped the same manifest file
-        client.call("register_dataset", DatasetRegistration(manifest.dataset_id, self._cold,
-                                                            BlockTable.of(manifest.blocks)))
+        assert client is not None and self._manifest is not None, "start() sets both"
+        register_dataset(client, self._manifest, self._manifest_path, self._cold)
 
     def __getstate__(self):
         if self._endpoint is not None and get_worker_info() is None:
@@ -324,27 +287,8 @@ class TieredDataset(IterableDataset):
 
     def _open_stream(self, link: NodeLink, stream_id: str, worker: int, workers: int,
                      plan: Callable[[], StreamPlan]) -> None:
-        """Join this iteration's stream on the node cache, creating it (and registering the
-        dataset, after a cache restart) when needed. A cache that goes away meanwhile is waited
-        for (up to 30 s) once: it restarts, or this process's keeper creates it again."""
-        try:
-            self._open_stream_once(link, stream_id, worker, workers, plan)
-        except ChannelLostError:
-            if not link.reconnect(wait_s=30.0):
-                raise
-            self._open_stream_once(link, stream_id, worker, workers, plan)
-
-    def _open_stream_once(self, link: NodeLink, stream_id: str, worker: int, workers: int,
-                          plan: Callable[[], StreamPlan]) -> None:
-        if link.call("open_stream", stream_id, worker, workers, wait_s=30.0):
-            return
-        try:
-            link.call("open_stream", stream_id, worker, workers, plan())
-        except (StreamNotOpenError, ChannelLostError):
-            raise
-        except ServiceError:
-            self._register(link)  # the node cache restarted and forgot the dataset
-            link.call("open_stream", stream_id, worker, workers, plan())
+        """Join this iteration's stream on the node cache (see :func:`tierload.dataset_link.join_stream`)."""
+        join_stream(link, stream_id, worker, workers, plan, self._register)
 
     def _direct_source(self) -> DirectSource:
         return DirectSource(self.config, self._cold, {block.key: block for block in self.manifest.blocks})

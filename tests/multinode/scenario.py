@@ -48,6 +48,16 @@ class Trainer:
             time.sleep(delay_s)
         return {"seen": seen, "stats": self.dataset.epoch_stats(epoch)}
 
+    def land_warm_writes(self) -> None:
+        """This node's cache finishes its fetches and syncs with the coordinator now (``sync_now``):
+        its warm writes are written and its residency reported when this returns (as
+        tests/helpers.py's ``land_warm_writes``, inlined: this class runs in Ray's workers)."""
+        deadline = time.monotonic() + 60
+        while self.dataset.cache_stats()["inflight"]:
+            assert time.monotonic() < deadline, "the node cache's fetches never finished"
+            time.sleep(0.01)
+        self.dataset._link.call("sync_now", wait_s=30.0)
+
 
 def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int = 64, start_trainers: bool = True,
           node_count: int = NODES, ranks_per_node: int = 1, hot_extra: dict | None = None):
@@ -100,7 +110,7 @@ def scenario_peer(workdir: str, hot_extra: dict | None = None) -> dict:
         epochs = []
         for epoch in range(2):
             epochs.append(summarize(ray.get([t.epoch.remote(epoch) for t in trainers])))
-            time.sleep(0.6)  # epoch boundary: residency reaches the coordinator
+            ray.get([t.land_warm_writes.remote() for t in trainers])  # the epoch's residency reaches the coordinator
         return {"distinct_nodes": len(set(placement)), "epochs": epochs}
     finally:
         s3.stop()
@@ -139,7 +149,7 @@ def scenario_node_loss(workdir: str) -> dict:
     try:
         lost_node = ray.get(trainers[2].node_id.remote())
         first = summarize(ray.get([t.epoch.remote(0) for t in trainers]))
-        time.sleep(0.6)
+        ray.get([t.land_warm_writes.remote() for t in trainers])  # warm writes and residency land now
         survivors = [t.epoch.remote(1, 0.3) for t in trainers[:2]]
         doomed = trainers[2].epoch.remote(1, 0.3)
         time.sleep(0.6)
@@ -206,6 +216,7 @@ def scenario_serve(workdir: str) -> dict:
         trainers = [Trainer.options(resources={f"node{i}": 0.01}).remote(i, "s3://multinode/ds", config,
                                                                           s3.storage_options) for i in range(NODES)]
         job = summarize(ray.get([t.epoch.remote(0) for t in trainers]))
+        ray.get([t.land_warm_writes.remote() for t in trainers])  # every warm write lands before status counts them
         names_after_job = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
         status = cli("status", "--json")
         table = cli("status")

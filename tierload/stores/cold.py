@@ -1,6 +1,11 @@
 """The cold tier: the read-only source of truth (S3 through s3fs, or any fsspec store).
 
-All SDK errors are translated here, in one place, into :mod:`tierload.errors` types.
+:class:`ColdSource` lists a prefix and reads versioned byte ranges under it. Its parts, one job
+each: where the dataset lives (:mod:`tierload.stores.cold_location`, re-exported here), SDK
+errors -> :mod:`tierload.errors` types in one place (:mod:`tierload.stores.cold_errors`),
+``file://`` range reads (:mod:`tierload.stores.local_file`), listings and HEADs retried
+(:mod:`tierload.stores.retried_call`), S3 range reads as coroutines
+(:mod:`tierload.stores.cold_async`).
 Retries: one layer, :mod:`tierload.stores.retry` (``cold.max_attempts`` requests per read for
 an object that keeps failing, ``cold.outage_budget_s`` seconds while the endpoint fails as a
 whole), for range GETs (:mod:`tierload.stores.cold_async`), listings and HEADs alike. botocore
@@ -13,211 +18,31 @@ import asyncio
 import importlib
 import logging
 import os
-import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
 from tierload.config import ColdConfig
-from tierload.errors import (
-    BackendError,
-    BucketNotFoundError,
-    ConfigError,
-    CredentialsExpiredError,
-    EndpointUnreachableError,
-    SourceChangedError,
-    SourceNotFoundError,
-    TierloadError,
-    TransientBackendError,
-)
+from tierload.errors import BucketNotFoundError, ConfigError, SourceChangedError
 from tierload.stores import aws_chain
 from tierload.stores.cold_async import RangeRequest, S3RangeReader, check_length
+from tierload.stores.cold_errors import error_code, exception_chain, translate_error
+from tierload.stores.cold_location import ColdLocation, canonical_url, s3_storage_options
 from tierload.stores.listing import ObjectInfo, ObjectListing, list_fsspec, list_local, list_s3
-from tierload.stores.retry import HEALTH, RetryBudget, classify
+from tierload.stores.local_file import count_read, read_local_range
+from tierload.stores.retried_call import call_with_retries
 
-__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "ObjectListing", "RangeRequest", "canonical_url",
-           "s3_storage_options", "translate_error"]
+# Re-exported: where callers have always imported them from.
+__all__ = ["ColdLocation", "ColdSource", "ObjectInfo", "ObjectListing", "RangeRequest", "canonical_url", "error_code",
+           "exception_chain", "s3_storage_options", "translate_error"]
 
 log = logging.getLogger(__name__)
 
 # Reads of stores without an async client (file://, ...): a few at once is all a disk needs.
 GENERIC_READ_THREADS = 8
-
-_TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
-                    "ServiceUnavailable", "503", "500", "502", "504"}
-
-
-def error_code(exc: BaseException) -> str:
-    """The S3 error code of ``exc`` or of its first cause that has one (empty when none)."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        response = getattr(cause, "response", None)
-        if isinstance(response, dict):
-            return str(response.get("Error", {}).get("Code", ""))
-        cause = cause.__cause__ or cause.__context__
-    return ""
-
-
-def translate_error(exc: BaseException, url: str) -> TierloadError:
-    """Map an s3fs/botocore/aiohttp/OS error to the matching tierload error type."""
-    if isinstance(exc, TierloadError):
-        return exc
-    code = error_code(exc)
-    text = str(exc)
-    names = {type(c).__name__ for c in exception_chain(exc)}
-    if names & {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
-                "ConnectionRefusedError", "ServerDisconnectedError", "gaierror"} and not code:
-        return EndpointUnreachableError(f"cannot reach the cold tier's endpoint: {text}", tier="cold", url=url)
-    if code == "NoSuchBucket" or "bucket does not exist" in text.lower():
-        return BucketNotFoundError("the bucket does not exist; check the URL and the endpoint", tier="cold",
-                                   url=url)
-    if code == "InvalidRange":  # 416: the range starts at or past the object's end
-        return SourceChangedError("the byte range starts past the end of the object: it is shorter than the "
-                                  "manifest says; refresh the manifest", tier="cold", url=url)
-    if code == "PreconditionFailed":
-        return SourceChangedError("the object changed since the manifest was built (ETag differs); "
-                                  "refresh the manifest", tier="cold", url=url)
-    if isinstance(exc, FileNotFoundError) or code in ("NoSuchKey", "404"):
-        return SourceNotFoundError("no such object or prefix", tier="cold", url=url)
-    if code in _TRANSIENT_CODES or names & {"ClientPayloadError", "IncompleteRead", "ReadTimeoutError",
-                                            "TimeoutError", "ConnectionResetError", "FSTimeoutError"}:
-        return TransientBackendError(f"transient cold-tier failure: {text}", tier="cold", url=url)
-    if code in ("ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired"):
-        return CredentialsExpiredError(f"the cold tier says the credentials expired ({code})", tier="cold", url=url)
-    if isinstance(exc, PermissionError) or code in ("AccessDenied", "InvalidAccessKeyId"):
-        return BackendError(f"access denied by the cold tier ({code or 'permission'}): {text}", tier="cold",
-                            url=url)
-    return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
-
-
-def exception_chain(exc: BaseException | None):
-    """``exc``, then its causes and contexts in turn (each once)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
-_DUPLICATE_SLASHES = re.compile(r"/{2,}")
-
-
-def canonical_url(url: str) -> str:
-    """One spelling per prefix or object, so one object is one manifest and one cache entry.
-
-    ``s3a://`` (Hadoop's name for the same S3 objects) becomes ``s3://``; in the path of an
-    ``s3``, ``file`` or scheme-less URL, runs of ``/`` become one and a trailing ``/`` goes:
-    ``s3://b/p``, ``s3://b/p/``, ``s3://b//p`` and ``s3a://b/p`` are all ``s3://b/p``. S3 itself
-    would treat ``b//p`` as the key prefix ``/p``; a doubled slash in a prefix is a joining
-    mistake far more often than a key that starts with ``/``, so it is read as the user meant.
-    Keys found by the listing are never rewritten. Other URLs (``http``, ``gs`` ...) only lose
-    a trailing ``/``.
-
-    Args:
-        url: A prefix or object URL as the user gave it.
-
-    Returns:
-        The canonical URL.
-    """
-    scheme, separator, path = url.partition("://")
-    if not separator:
-        scheme, path = "", url
-    if scheme not in ("", "s3", "s3a", "file", "local"):
-        return url.rstrip("/")
-    if scheme == "s3a":
-        scheme = "s3"
-    path = _DUPLICATE_SLASHES.sub("/", path)
-    path = path.rstrip("/") if path.strip("/") else path[:1]
-    if scheme == "s3":
-        path = path.lstrip("/")
-    return f"{scheme}://{path}" if scheme else path
-
-
-def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[str, Any]:
-    """Resolve the s3fs options once, in the process that reads the config.
-
-    Endpoint precedence: ``cold.endpoint_url`` > ``storage_options.client_kwargs.endpoint_url``
-    > ``AWS_ENDPOINT_URL_S3`` > ``AWS_ENDPOINT_URL``. Region: ``cold.region`` >
-    ``client_kwargs.region_name`` > ``AWS_REGION`` > ``AWS_DEFAULT_REGION``. The resolved values
-    are shipped to every process (DataLoader workers, actors on other nodes), so no process
-    falls back to AWS because its environment differs.
-    """
-    env = os.environ if environ is None else environ
-    options = dict(config.storage_options)
-    client_kwargs = dict(options.pop("client_kwargs", {}) or {})
-    endpoint = (config.endpoint_url or client_kwargs.get("endpoint_url") or env.get("AWS_ENDPOINT_URL_S3")
-                or env.get("AWS_ENDPOINT_URL"))
-    region = (config.region or client_kwargs.get("region_name") or env.get("AWS_REGION")
-              or env.get("AWS_DEFAULT_REGION"))
-    if endpoint:
-        client_kwargs["endpoint_url"] = endpoint
-    if region:
-        client_kwargs["region_name"] = region
-    config_kwargs = dict(options.pop("config_kwargs", {}) or {})
-    config_kwargs.setdefault("connect_timeout", config.connect_timeout_s)
-    config_kwargs.setdefault("read_timeout", config.read_timeout_s)
-    # One retry layer (tierload.stores.retry): botocore's own would multiply the requests.
-    config_kwargs["retries"] = {"total_max_attempts": 1, "mode": "standard"}
-    # botocore's pool (10 connections by default) would otherwise queue the requests in flight.
-    config_kwargs.setdefault("max_pool_connections", config.max_in_flight)
-    options.update(client_kwargs=client_kwargs, config_kwargs=config_kwargs)
-    if config.anon:
-        options["anon"] = True
-    return options
-
-
-@dataclass(frozen=True)
-class ColdLocation:
-    """Where a dataset lives in the cold tier and how to reach it, resolved once.
-
-    Resolved in the process that reads the configuration and shipped as is to every process
-    that reads the cold tier (DataLoader workers, actors on other nodes), so no process falls
-    back to other settings because its environment differs. Its options may hold credentials:
-    they never appear in its ``repr`` (so neither in logs, errors nor status).
-
-    Attributes:
-        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits`` (:func:`canonical_url` when
-            resolved).
-        storage_options: Resolved fsspec/s3fs options.
-    """
-
-    url: str
-    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
-    credential_chain: tuple[tuple[str, str], ...] = field(default=(), repr=False, hash=False)
-
-    @classmethod
-    def resolve(cls, url: str, config: ColdConfig, environ: dict | None = None) -> "ColdLocation":
-        """The location of ``url`` with options from ``config`` (for S3: see :func:`s3_storage_options`).
-
-        For S3 the credential chain's settings in ``environ`` (default ``os.environ``) are
-        captured too (:func:`tierload.stores.aws_chain.capture`), so every process that reads
-        finds the credentials this one would.
-        """
-        url = canonical_url(url)
-        if fsspec.utils.get_protocol(url) in ("s3", "s3a"):
-            options = s3_storage_options(config, environ)
-            chain = () if options.get("anon") else aws_chain.capture(options, environ)
-            return cls(url, options, chain)
-        return cls(url, dict(config.storage_options))
-
-    @property
-    def protocol(self) -> str:
-        """The URL's fsspec protocol, e.g. ``s3`` or ``file``."""
-        return fsspec.utils.get_protocol(self.url)
-
-    @property
-    def endpoint_url(self) -> str:
-        """The S3 endpoint the options name (empty when none); part of the manifest's identity."""
-        return str((self.storage_options.get("client_kwargs") or {}).get("endpoint_url", ""))
-
-    def __repr__(self) -> str:
-        endpoint = f", endpoint_url={self.endpoint_url!r}" if self.endpoint_url else ""
-        return f"ColdLocation(url={self.url!r}{endpoint})"
 
 
 class ColdSource:
@@ -370,28 +195,8 @@ class ColdSource:
 
     def _with_retries(self, url: str, call: Callable[[], Any]) -> Any:
         """``call()`` (a listing or HEAD), retried as :mod:`tierload.stores.retry` decides; errors translated."""
-        # An endpoint this process never reached is, at start-up, a wrong endpoint far more often than
-        # an outage: the listing fails after cold.max_attempts requests instead of waiting out the budget.
-        endpoint = self.location.endpoint_url
-        budget = RetryBudget(self.config.max_attempts, self.config.outage_budget_s, endpoint,
-                             rides_outages=HEALTH.ever_answered(endpoint))
-        while True:
-            try:
-                result = call()
-            except Exception as exc:  # noqa: BLE001 - translated and classified in one place
-                error = translate_error(exc, url)
-                failure = classify(error, error_code(exc), (type(cause).__name__ for cause in exception_chain(exc)))
-                delay = budget.after_failure(failure)
-                if delay is None:
-                    raise budget.final_error(error, failure) from exc
-                # As for reads (cold_async): a warning only once the request outlasts max_attempts.
-                level = logging.WARNING if budget.attempts == self.config.max_attempts else logging.INFO
-                log.log(level, "cold tier request for %s failed (%s); retrying in %.2fs", url, error, delay)
-                time.sleep(delay)
-                continue
-            if self.protocol in ("s3", "s3a"):
-                HEALTH.answered(self.location.endpoint_url)
-            return result
+        return call_with_retries(url, call, self.config, self.location.endpoint_url,
+                                 notes_health=self.protocol in ("s3", "s3a"))
 
     def read(self, url: str, version: str, offset: int = 0, length: int | None = None,
              tally: dict | None = None) -> bytes:
@@ -504,54 +309,9 @@ class ColdSource:
     def _read_generic_all(self, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         return [self._read_generic(url, version, offset, length, tally) for url, version, offset, length in requests]
 
-    def _read_local(self, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
-        """A local file's range: open, ``fstat`` (the version check, on the file read), ``pread``.
-
-        Why not fsspec: its ``info`` and ``cat_file`` cost ~60 us of Python per call, which at
-        1 KiB per object was most of a node cache's epoch 1 (issue 11's profile). The version is
-        ``mtime-size``, as :func:`tierload.stores.listing.list_local` writes it.
-        """
-        try:
-            descriptor = os.open(self._strip(url), os.O_RDONLY)
-        except OSError as exc:
-            raise translate_error(exc, url) from exc
-        try:
-            status = os.fstat(descriptor)
-            if f"{status.st_mtime}-{status.st_size}" != version:
-                raise SourceChangedError("the object changed since the manifest was built; refresh the manifest",
-                                         tier="cold", url=url)
-            chunks, start, size = [], offset, status.st_size
-            remaining = max(0, min(length, size - offset))
-            while remaining:  # pread may return less than asked (large ranges)
-                chunk = os.pread(descriptor, remaining, offset)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                offset += len(chunk)
-                remaining -= len(chunk)
-        except TierloadError:
-            raise
-        except OSError as exc:
-            raise translate_error(exc, url) from exc
-        finally:
-            os.close(descriptor)
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if len(data) != length:  # a range the listed file cannot hold: never hand back short bytes
-            if start >= size:
-                raise SourceChangedError(f"bytes [{start}, {start + length}) start at or past the end of the object "
-                                         f"({size} bytes): refresh the manifest", tier="cold", url=url)
-            check_length(url, start, start + length, data, size)
-        self._count(tally, data)
-        return data
-
-    @staticmethod
-    def _count(tally: dict, data: bytes) -> None:
-        tally["cold_gets"] = tally.get("cold_gets", 0) + 1
-        tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
-
     def _read_generic(self, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
         if self.protocol in ("file", "local"):
-            return self._read_local(url, version, offset, length, tally)
+            return read_local_range(self._strip(url), url, version, offset, length, tally)
         current = self.head(url)
         if current.version != version:
             raise SourceChangedError("the object changed since the manifest was built; refresh the manifest",
@@ -560,6 +320,6 @@ class ColdSource:
             data = self.fs.cat_file(self._strip(url), start=offset, end=offset + length)
         except Exception as exc:  # noqa: BLE001
             raise translate_error(exc, url) from exc
-        self._count(tally, data)
+        count_read(tally, data)
         check_length(url, offset, offset + length, data, current.size)  # a file read stops at its end, silently
         return data

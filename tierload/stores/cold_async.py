@@ -6,7 +6,7 @@ them are in flight per process (one semaphore per process, event loop and limit)
 many threads or coroutines ask. Per request: ``If-Match`` on the recorded ETag (a changed
 object is :class:`~tierload.errors.SourceChangedError`), ranges never longer than
 ``cold.max_request_bytes``, a short body retried as transient, credentials refreshed once on
-``ExpiredToken``. Errors are translated by :func:`tierload.stores.cold.translate_error`;
+``ExpiredToken``. Errors are translated by :func:`tierload.stores.cold_errors.translate_error`;
 when to retry is :mod:`tierload.stores.retry`'s decision (the only retry layer: botocore is
 built with one attempt), and its :class:`~tierload.stores.retry.AdaptiveLimit` is the
 in-flight limit (halved on ``SlowDown``).
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierload.errors import CredentialsExpiredError, SourceChangedError, TransientBackendError
 from tierload.stores import s3_lean
+from tierload.stores.cold_errors import error_code, exception_chain, translate_error
 from tierload.stores.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
 
 if TYPE_CHECKING:
@@ -180,9 +181,6 @@ class S3RangeReader:
     async def _get_counted(self, url: str, bucket: str, key: str, version: str, start: int, end: int,
                            tally: dict) -> bytes:
         """One request, counted in ``tally`` and in the in-flight limit; failures as :class:`_FailedRequest`."""
-        # Deferred: cold.py imports this module.
-        from tierload.stores.cold import error_code, exception_chain, translate_error
-
         limit = _in_flight_limit(self._source.config.max_in_flight)
         token = await limit.acquire()
         outcome: Failure | None = Failure.FINAL
@@ -214,8 +212,6 @@ class S3RangeReader:
         there are still ``b""``. ``If-Match`` is evaluated before the range (RFC 9110, 13.2.2), so
         a changed object is still :class:`~tierload.errors.SourceChangedError`.
         """
-        from tierload.stores.cold import error_code  # deferred: cold.py imports this module
-
         try:
             await self._get_object(bucket, key, version, offset, offset + 1)
         except Exception as exc:
