@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from tierload.blockfile import decode_frame
+from tierload.blockfile import decode_frame, decode_frame_file
 from tierload.blocks import Block
 from tierload.cache.channel import ChannelClient
 from tierload.cache.messages import Endpoint
@@ -163,11 +163,9 @@ class BlockReader:
         """(raw bytes or None, whether a corrupt copy was found)."""
         for level in levels:
             try:
-                stored = level.read(key)
-            except KeyError:
+                return decode_frame_file(key, level.path(key), secret=self.secret), False
+            except FileNotFoundError:
                 continue
-            try:
-                return decode_frame(key, stored, secret=self.secret)[0], False
             except IntegrityError:
                 log.warning("hot copy of block %s failed its checksum; asking the node cache to refetch", key)
                 return None, True
