@@ -23,8 +23,8 @@ import pytest
 from helpers import actor_log_lines, index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.cache.endpoint import ENDPOINT_FILE
 from tierload.cache.control_dir import fallback_dir
+from tierload.cache.endpoint import ENDPOINT_FILE
 from tierload.cache.hot_tier import HotTier, ram_level_dir
 from tierload.cache.oracle import PlanOracle
 from tierload.cache.tier_writes import open_warm_or_none
