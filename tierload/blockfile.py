@@ -199,7 +199,7 @@ def decode_frame_file(key: str, path: str | os.PathLike, *, secret: bytes | None
         FileNotFoundError: There is no such file.
         IntegrityError: As :func:`decode_frame`, or the file changed size while it was read.
     """
-    with open(path, "rb", buffering=0) as handle:
+    with open(path, "rb") as handle:  # buffered: read(n) loops past a short read (> 2 GiB)
         head = handle.read(HEADER_SIZE)
         header = parse_header(key, head, frame_size=os.fstat(handle.fileno()).st_size)
         payload = handle.read(header.stored_size) if header.stored_size else b""
