@@ -76,3 +76,32 @@ def test_the_node_cache_refuses_an_untrusted_hot_dir(tmp_path):
     with pytest.raises(UntrustedDirError, match="hot-disk tier directory"):
         cache.start()
     assert not (hot / ".endpoint.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a directory to another user")
+def test_the_control_files_beside_a_read_only_hot_dir_are_never_taken_from_another_users_dir(tmp_path):
+    """The directory that holds a read-only hot dir's lock, endpoint and key (in /dev/shm, where
+    anyone may make a directory) is checked on every use: one another user made first, with
+    their own key in it, is refused, not read."""
+    import shutil
+
+    from tierload.cache.control_dir import control_dir, fallback_dir
+    from tierload.checksum_key import node_key
+
+    hot = tmp_path / "hot"
+    hot.mkdir(mode=0o700)
+    planted = fallback_dir(hot)
+    os.mkdir(planted, 0o700)
+    try:
+        with open(os.path.join(planted, ".tierload-key"), "wb") as handle:
+            handle.write(bytes(32))  # a key its maker knows
+        os.chown(planted, OTHER_UID, OTHER_UID)
+        with pytest.raises(UntrustedDirError, match="nobody"):
+            control_dir(hot)
+        with pytest.raises(UntrustedDirError):
+            node_key(hot, create=False)
+        os.chown(planted, os.geteuid(), os.getegid())
+        assert control_dir(hot) == planted  # once it exists (and is ours), every process looks there first
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)
+    assert control_dir(hot) == os.path.realpath(hot)  # a writable hot dir holds its own

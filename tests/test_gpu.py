@@ -101,3 +101,42 @@ def test_kvikio_reads_a_hot_block_straight_into_gpu_memory(tmp_path):
     decoded = NpyDecoder({"arrays": [{"descr": "<f4", "row_shape": [16]}], "block_array": [0]}).decode(0, data)
     assert all(row.is_cuda for row, _ in decoded)
     assert torch.equal(torch.stack([row for row, _ in decoded]).cpu(), torch.from_numpy(rows))
+
+
+def test_the_device_path_checks_payloads_against_their_keyed_checksum():
+    """What KvikioBlockReader does with the bytes it read into device memory (here a CPU tensor:
+    the check is the same, a CUDA tensor is first copied to pinned host memory)."""
+    from tierload.blockfile import parse_header
+    from tierload.errors import IntegrityError
+    from tierload.gpu import HostCheck
+
+    secret = bytes(range(32))
+    key = "block-" + "0" * 32
+    payload = np.arange(4096, dtype=np.float32).tobytes()
+    genuine = parse_header(key, encode_frame(key, payload, secret=secret))
+    forged = parse_header(key, encode_frame(key, payload[::-1]))  # valid header, unkeyed checksum
+    check = HostCheck()
+    check.check(key, genuine, torch.frombuffer(bytearray(payload), dtype=torch.uint8), secret)
+    with pytest.raises(IntegrityError, match="checksum") as caught:
+        check.check(key, forged, torch.frombuffer(bytearray(payload[::-1]), dtype=torch.uint8), secret)
+    assert caught.value.tier == "hot"
+    with pytest.raises(IntegrityError):  # one flipped byte
+        check.check(key, genuine, torch.frombuffer(bytearray(b"\x01" + payload[1:]), dtype=torch.uint8), secret)
+
+
+@needs_cuda
+@needs_kvikio
+def test_kvikio_refuses_a_forged_hot_block(tmp_path):
+    from tierload.errors import IntegrityError
+    from tierload.gpu import KvikioBlockReader
+
+    secret = bytes(range(32))
+    rows = np.random.default_rng(0).normal(size=(1000, 16)).astype(np.float32)
+    key = "block-" + "0" * 32
+    path = tmp_path / key
+    path.write_bytes(encode_frame(key, rows.tobytes(), secret=secret))
+    reader = KvikioBlockReader("cuda")
+    assert torch.equal(reader.read(str(path), key, secret).cpu(), torch.from_numpy(rows.view(np.uint8).ravel()))
+    path.write_bytes(encode_frame(key, rows[::-1].tobytes()))  # valid header, unkeyed checksum
+    with pytest.raises(IntegrityError):
+        reader.read(str(path), key, secret)

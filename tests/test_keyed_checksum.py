@@ -84,3 +84,57 @@ def test_the_coordinator_gives_every_node_one_key(tmp_path):
     shared = Coordinator(load_config({"hot": {"dir": str(tmp_path / "hot")}, "warm": {"url": str(warm)}}),
                          lambda: None).start()
     assert shared.checksum_key(first) == local_key(warm, create=False)  # the warm tier's key
+
+
+@pytest.mark.parametrize("level", [None, 3])
+def test_a_block_file_is_decoded_from_disk_as_from_memory_and_a_forged_one_is_refused(tmp_path, level):
+    """The consumer's hot-hit path (decode_frame_file) reads the payload straight into the bytes
+    it returns; it must refuse what decode_frame refuses."""
+    from tierload.blockfile import FrameFormat, decode_frame_file
+
+    key = "block-" + "1" * 32
+    raw = b"sample bytes " * 5000
+    path = tmp_path / key
+    path.write_bytes(encode_frame(key, raw, fmt=FrameFormat(level), secret=SECRET))
+    assert decode_frame_file(key, path, secret=SECRET) == raw
+    path.write_bytes(encode_frame(key, raw.replace(b"sample", b"forged")))  # valid header, unkeyed checksum
+    with pytest.raises(IntegrityError, match="checksum"):
+        decode_frame_file(key, path, secret=SECRET)
+    path.write_bytes(encode_frame(key, raw, fmt=FrameFormat(level), secret=SECRET)[:-1])
+    with pytest.raises(IntegrityError, match="truncated"):
+        decode_frame_file(key, path, secret=SECRET)
+    with pytest.raises(FileNotFoundError):
+        decode_frame_file(key, tmp_path / "absent", secret=SECRET)
+
+
+def _hash_in_child(data: bytes, out) -> None:
+    from tierload.checksum import checksum
+
+    out.put(checksum(data, SECRET))
+
+
+def test_a_forked_process_hashes_large_blocks_after_its_parent_started_the_thread_pool(monkeypatch):
+    """blake3's threaded hash runs in Rayon's global pool, whose threads a forked child does
+    not have: hashed there with threads, the child would wait forever (it did, before the guard)."""
+    import multiprocessing
+
+    import blake3
+
+    from tierload import checksum as checksum_module
+
+    monkeypatch.setattr(checksum_module, "THREADED_FROM_CORES", 1)  # this machine may have 2 cores
+    monkeypatch.setattr(checksum_module, "_pool_pid", None)
+    data = os.urandom(checksum_module.THREADED_FROM_BYTES)
+    assert checksum_module.threads_for(len(data)) == blake3.blake3.AUTO
+    expected = checksum_module.checksum(data, SECRET)  # starts the pool in this process
+    assert expected == int.from_bytes(blake3.blake3(data, key=SECRET).digest(8), "little")
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_hash_in_child, args=(data, out))
+    child.start()
+    child.join(timeout=60)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+    assert child.exitcode == 0, "the forked child hung hashing a large block (threads of its parent's pool)"
+    assert out.get(timeout=5) == expected

@@ -23,11 +23,13 @@ import pytest
 from helpers import actor_log_lines, index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
+from tierload.cache.control_dir import fallback_dir
 from tierload.cache.endpoint import ENDPOINT_FILE
 from tierload.cache.hot_tier import HotTier, ram_level_dir
 from tierload.cache.oracle import PlanOracle
 from tierload.cache.tier_writes import open_warm_or_none
 from tierload.checksum import checksum
+from tierload.checksum_key import KEY_FILE
 from tierload.config import load_config
 from tierload.counts import AccessCounts, PinCounts
 from tierload.policies.frequency import DecayingCounter
@@ -267,6 +269,74 @@ def test_hot_dir_remounted_read_only_mid_epoch(bucket, tier_config, make_dataset
     assert level["writable"] is True and level["reserved_blocks"] == 0
     assert level["used_bytes"] == sum(block_files(hot).values())
     assert actor_log_lines(pid, "takes writes again") == 1
+
+
+@pytest.fixture
+def control_files_of(request):
+    """``control_files_of(hot)``: the directory holding a read-only hot dir's control files,
+    removed at the test's end (it lives in /dev/shm, not under tmp_path)."""
+    def where(hot: Path) -> Path:
+        path = Path(fallback_dir(hot))
+        request.addfinalizer(lambda: shutil.rmtree(path, ignore_errors=True))
+        return path
+    return where
+
+
+def test_an_empty_read_only_hot_dir_at_start_is_one_warning_and_the_job_reads_lower_tiers(
+        bucket, tier_config, make_dataset, tmp_path, mounts, control_files_of):
+    """Read-only before the job starts: the node cache keeps its lock, endpoint and key beside
+    it (a private runtime directory), says so once, and every sample comes from warm or cold."""
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/ds", 16, size=3000)
+    hot = mounts.tmpfs(tmp_path / "hot", "1m", "ro")
+    assert_writes_fail(hot)
+    control = control_files_of(hot)
+    config = tier_config(hot="1MiB", warm="1MiB")
+    dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
+    for epoch in (0, 1):
+        assert_exactly_once(run_epoch(dataset, epoch), payloads)
+    (level,) = settled_levels(dataset)
+    assert level["writable"] is False and level["blocks"] == 0 and level["reserved_blocks"] == 0
+    land_warm_writes(dataset)
+    assert dataset.epoch_stats(1).get("cold_gets", 0) == 0  # epoch 1 came from the warm tier
+    assert block_files(hot) == {} and os.listdir(hot) == []
+    assert {KEY_FILE, ENDPOINT_FILE} <= set(os.listdir(control))  # where the consumers found them
+    pid = dataset.cache_stats()["pid"]
+    assert actor_log_lines(pid, "is read-only") == 1
+    assert actor_log_lines(pid, REFUSES) == 0  # the start-up warning said it all
+    assert actor_log_lines(pid, "Traceback") == 0
+
+
+def test_a_filled_hot_dir_read_only_at_start_serves_its_blocks(bucket, tier_config, make_dataset, tmp_path,
+                                                               mounts, control_files_of):
+    """A job fills the hot tier; the directory is remounted read-only; the next job (a new node
+    cache) serves the blocks it holds from it and the rest from cold, adding none."""
+    from tierload.cache.runtime import stop_actors
+
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/ds", 24, size=6000)
+    hot = mounts.tmpfs(tmp_path / "hot", "8m")
+    config = tier_config(hot="80KiB", warm=None)  # holds about half the data
+    first = make_dataset(f"s3://{name}/ds", config, layout="files")
+    assert_exactly_once(run_epoch(first, 0), payloads)
+    settled_levels(first)
+    stop_actors(first.config)
+    held = block_files(hot)
+    assert 0 < len(held) < 24
+    mounts.remount(hot, read_only=True)
+    assert_writes_fail(hot)
+    control_files_of(hot)
+
+    second = make_dataset(f"s3://{name}/ds", config, layout="files")
+    for epoch in (0, 1):
+        assert_exactly_once(run_epoch(second, epoch), payloads)
+        (level,) = settled_levels(second)
+        assert level["writable"] is False and level["blocks"] == len(held) and level["reserved_blocks"] == 0
+        assert second.epoch_stats(epoch)["cold_gets"] == 24 - len(held)  # its hits come from the hot tier
+    assert block_files(hot) == held
+    pid = second.cache_stats()["pid"]
+    assert actor_log_lines(pid, "is read-only") == 1
+    assert actor_log_lines(pid, "Traceback") == 0
 
 
 def test_a_full_hot_dir_is_told_once_and_its_accounting_matches_the_disk(bucket, tier_config, make_dataset,

@@ -15,6 +15,7 @@ with a valid header but bytes tierload did not write fails its check like any co
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 
@@ -148,13 +149,29 @@ def _raw_payload(key: str, header: FrameHeader, payload: memoryview) -> bytes | 
         raise IntegrityError(f"zstd payload does not decode ({exc})", key=key) from exc
 
 
+def check_payload(key: str, header: FrameHeader, raw: bytes | bytearray | memoryview,
+                  secret: bytes | None) -> None:
+    """Check a block's raw bytes against the checksum in its frame's header.
+
+    Args:
+        key: The block key (for the error).
+        header: The frame's parsed header.
+        raw: The decoded bytes (hashed in place).
+        secret: The deployment's checksum key (None: unkeyed xxh3-64).
+
+    Raises:
+        IntegrityError: Wrong size, or the bytes do not match the checksum.
+    """
+    if memoryview(raw).nbytes != header.raw_size or checksum(raw, secret) != header.checksum:
+        raise IntegrityError("stored block does not match the checksum taken when it left the cold tier",
+                             key=key)
+
+
 def _verified_raw(key: str, frame: bytes | memoryview,
                   secret: bytes | None) -> tuple[FrameHeader, bytes | memoryview]:
     header = parse_header(key, frame)
     raw = _raw_payload(key, header, memoryview(frame)[HEADER_SIZE:])
-    if len(raw) != header.raw_size or checksum(raw, secret) != header.checksum:
-        raise IntegrityError("stored block does not match the checksum taken when it left the cold tier",
-                             key=key)
+    check_payload(key, header, raw, secret)
     return header, raw
 
 
@@ -168,6 +185,30 @@ def decode_frame(key: str, frame: bytes | memoryview, *, secret: bytes | None = 
     """
     header, raw = _verified_raw(key, frame, secret)
     return bytes(raw), header.checksum
+
+
+def decode_frame_file(key: str, path: str | os.PathLike, *, secret: bytes | None = None) -> bytes:
+    """Verify the frame stored in the file ``path`` and return the block's raw bytes, as
+    :func:`decode_frame` does for a frame in memory.
+
+    A raw payload is read straight into the bytes returned (one buffer, no copy of the whole
+    frame): reading an 8 MiB frame and then copying its payload out cost ~25 ms on our 2-core
+    machine (fresh pages for two 8 MiB buffers), ~10x the read alone.
+
+    Raises:
+        FileNotFoundError: There is no such file.
+        IntegrityError: As :func:`decode_frame`, or the file changed size while it was read.
+    """
+    with open(path, "rb") as handle:  # buffered: read(n) loops past a short read (> 2 GiB)
+        head = handle.read(HEADER_SIZE)
+        header = parse_header(key, head, frame_size=os.fstat(handle.fileno()).st_size)
+        payload = handle.read(header.stored_size) if header.stored_size else b""
+    if len(payload) != header.stored_size:
+        raise IntegrityError(f"stored block shrank while it was read: {len(payload)} of {header.stored_size} "
+                             "payload bytes", key=key)
+    raw = payload if header.codec == "raw" else bytes(_raw_payload(key, header, memoryview(payload)))
+    check_payload(key, header, raw, secret)
+    return raw
 
 
 def verify_frame(key: str, frame: bytes | memoryview, *, secret: bytes | None = None) -> FrameHeader:

@@ -11,6 +11,10 @@ again. Every process that writes or checks frames of one deployment must hold th
   (:meth:`tierload.cache.coordinator.Coordinator.checksum_key`), so peers' frames check; a
   node cache with no coordinator uses ``<hot dir>/.tierload-key``.
 
+"In the hot directory" means where its control files are (:mod:`tierload.cache.control_dir`):
+beside it while it is read-only, and then the key a read-only hot directory holds itself (left
+by the run that filled it) is the one this node offers, so the blocks it holds still check.
+
 Each node cache keeps a copy in its hot directory, beside its endpoint, where its consumers
 (DataLoader workers) read it, and which it offers to a restarted coordinator. Key files are
 32 random bytes, owner-only (0600), made with ``O_EXCL`` so that racing processes agree on
@@ -24,6 +28,7 @@ import os
 import secrets
 from typing import Callable
 
+from tierload.cache.control_dir import control_dir
 from tierload.errors import IntegrityError
 from tierload.stores.registry import is_local_url
 
@@ -59,6 +64,27 @@ def local_key(directory: str | os.PathLike, *, create: bool = True) -> bytes:
     return key
 
 
+def node_key(hot_dir: str | os.PathLike, *, create: bool = True) -> bytes:
+    """The key kept for the hot directory ``hot_dir`` (where its control files are), or, while
+    those are beside a read-only hot directory, the key that directory holds itself; made
+    there if neither exists and ``create``.
+
+    Raises:
+        IntegrityError: A key file exists but does not hold a key.
+        FileNotFoundError: There is none and ``create`` is False.
+    """
+    where = control_dir(hot_dir)
+    own = os.path.realpath(os.path.expanduser(str(hot_dir)))
+    for directory in dict.fromkeys((where, own)):  # a read-only hot directory's own key comes second
+        try:
+            return local_key(directory, create=False)
+        except FileNotFoundError:
+            continue
+    if not create:
+        raise FileNotFoundError(f"no checksum key for the hot directory {own} in {where}")
+    return local_key(where)
+
+
 def _remote_key(url: str, storage_options: dict) -> bytes:
     """The key object under a warm tier on an object store, made if missing (read back, so
     nodes racing to make it end up with the one that landed)."""
@@ -89,7 +115,7 @@ def deployment_key(warm_url: str | None, hot_dir: str, storage_options: dict | N
         OSError: It cannot be read or made.
     """
     if warm_url is None:
-        return local_key(hot_dir)
+        return node_key(hot_dir)
     try:
         if is_local_url(warm_url):
             return local_key(warm_url.removeprefix("file://"))
@@ -99,12 +125,13 @@ def deployment_key(warm_url: str | None, hot_dir: str, storage_options: dict | N
         # (tierload.cache.tier_writes): its blocks then fail their check once and come from cold.
         log.warning("cannot read or make the checksum key in the warm tier %s (%s); using this node's own key "
                     "in %s", warm_url, exc, hot_dir)
-        return local_key(hot_dir)
+        return node_key(hot_dir)
 
 
 def publish_key(hot_dir: str | os.PathLike, key: bytes) -> None:
-    """Keep a copy of ``key`` in ``hot_dir`` (0600, replaced atomically) for this node's consumers."""
-    path = os.path.join(str(hot_dir), KEY_FILE)
+    """Keep a copy of ``key`` in ``hot_dir`` (where its control files are; 0600, replaced
+    atomically) for this node's consumers."""
+    path = os.path.join(control_dir(hot_dir), KEY_FILE)
     try:
         with open(path, "rb") as handle:
             if handle.read() == key:
@@ -138,7 +165,7 @@ def adopt_key(warm_url: str | None, hot_dir: str, agree: Callable[[bytes], bytes
         key = deployment_key(warm_url, hot_dir)
     else:
         try:
-            offered = local_key(hot_dir, create=False)  # the key this node held before
+            offered = node_key(hot_dir, create=False)  # the key this node held before
         except FileNotFoundError:
             offered = deployment_key(warm_url, hot_dir)
         key = agree(offered)

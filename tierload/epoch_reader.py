@@ -113,7 +113,8 @@ class EpochReader:
                 samples = decoded.get(block_id)
                 if samples is None:
                     block_key = blocks[block_id].key
-                    raw: Any = dataset._output.read_direct(reader.hot_path(block_key), block_key) if kvikio else None
+                    raw: Any = (dataset._output.read_direct(reader.hot_path(block_key), block_key, reader.secret)
+                                if kvikio else None)
                     if raw is None:
                         raw = reader.read(self.stream_id, self.worker, position, block_key)
                     samples = decoder.decode(block_id, raw)

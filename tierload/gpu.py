@@ -14,9 +14,13 @@ as ``device_path`` in :meth:`~tierload.dataset.TieredDataset.cache_stats`:
 
 Only blocks whose samples are plain arrays go the kvikio way (the ``npy`` layout's rows and
 the ``files`` layout's raw bytes); images, Parquet rows and tar samples are decoded on the
-host and take the pinned path. The kvikio path checks the block file's header (key, sizes);
-the payload's checksum is not recomputed on that path (the bytes never reach the host), so a
-hot copy corrupted on disk after it was written is caught only on the host paths.
+host and take the pinned path. The kvikio path checks the block file's header (key, sizes),
+then the payload against its keyed checksum like every other path: the bytes that landed in
+GPU memory are copied back once into a pinned host buffer and hashed there (:class:`HostCheck`),
+so a forged or corrupt hot file never reaches the model. Hashing the bytes on the GPU itself is
+not an option (no BLAKE3 kernel in torch or kvikio), and hashing the file again on the host
+would check other bytes than the ones read (the file may change in between) and read the disk
+twice under GDS; the copy back costs one device-to-host DMA of the block.
 
 kvikio is optional: ``pip install 'tierload[gds]'`` (CUDA 12 wheels, ``kvikio-cu12``) or
 ``'tierload[gds-cu13]'`` (``kvikio-cu13``). It is imported only here, and only when a device
@@ -32,7 +36,7 @@ from typing import Any
 
 import torch
 
-from tierload.blockfile import HEADER_SIZE, PAYLOAD_OFFSET, parse_header
+from tierload.blockfile import HEADER_SIZE, PAYLOAD_OFFSET, FrameHeader, check_payload, parse_header
 from tierload.errors import IntegrityError
 
 log = logging.getLogger(__name__)
@@ -106,6 +110,41 @@ def to_device(obj: Any, device: str | torch.device, *, pin: bool = True) -> Any:
     return obj
 
 
+class HostCheck:
+    """Checks a block's bytes held in a tensor against its frame's checksum, on the host.
+
+    A CUDA tensor is copied (synchronously) into a pinned host buffer kept for the next block
+    (grown to the largest block seen); a CPU tensor is hashed in place.
+    """
+
+    def __init__(self) -> None:
+        self._staging: torch.Tensor | None = None
+
+    def check(self, key: str, header: FrameHeader, data: torch.Tensor, secret: bytes | None) -> None:
+        """Check ``data`` (uint8, 1-D, ``header.raw_size`` bytes, any device) against ``header``.
+
+        Args:
+            key: The block key.
+            header: The frame's header (its checksum was taken when the block left the cold tier).
+            data: The block's raw bytes.
+            secret: The deployment's checksum key (None: unkeyed xxh3-64).
+
+        Raises:
+            IntegrityError: The bytes do not match the checksum (``tier="hot"``).
+        """
+        host = data
+        if data.device.type != "cpu":
+            size = data.numel()
+            if self._staging is None or self._staging.numel() < size:
+                self._staging = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+            host = self._staging[:size]
+            host.copy_(data)
+        try:
+            check_payload(key, header, host.numpy().data, secret)
+        except IntegrityError as exc:
+            raise IntegrityError(f"hot block file: {exc.message}", tier="hot", key=key) from exc
+
+
 class KvikioBlockReader:
     """Reads hot blocks' payloads into GPU memory with kvikio (main process only).
 
@@ -118,12 +157,20 @@ class KvikioBlockReader:
 
         self._kvikio = kvikio
         self.device = torch.device(device)
+        self._host_check = HostCheck()
 
-    def read(self, path: str, key: str) -> torch.Tensor | None:
-        """The block's raw bytes as a uint8 CUDA tensor, or None if the file is absent or compressed.
+    def read(self, path: str, key: str, secret: bytes | None = None) -> torch.Tensor | None:
+        """The block's raw bytes as a uint8 CUDA tensor, checked against the frame's checksum,
+        or None if the file is absent or compressed.
+
+        Args:
+            path: The hot block file.
+            key: The block key.
+            secret: The deployment's checksum key (None: the frame's checksum is unkeyed xxh3-64).
 
         Raises:
-            IntegrityError: The file's header does not belong to ``key`` or its size is wrong.
+            IntegrityError: The file's header does not belong to ``key``, its size is wrong, or
+                the bytes read do not match the checksum.
         """
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -147,6 +194,7 @@ class KvikioBlockReader:
                 got = handle.pread(out, raw_size, PAYLOAD_OFFSET).get()
             if got != raw_size:
                 raise IntegrityError(f"kvikio read {got} of {raw_size} bytes", tier="hot", key=key)
+        self._host_check.check(key, header, out, secret)
         return out
 
 
@@ -202,12 +250,14 @@ class DeviceOutput:
             return None, None
         return self.device, (self._kvikio if direct_layout else None)
 
-    def read_direct(self, hot_path: str | None, key: str) -> torch.Tensor | None:
-        """A hot block read by kvikio into device memory, or None (not hot, compressed, or kvikio failed)."""
+    def read_direct(self, hot_path: str | None, key: str, secret: bytes | None = None) -> torch.Tensor | None:
+        """A hot block read by kvikio into device memory and checked against its checksum (keyed
+        with ``secret``, the deployment's key), or None (not hot, compressed, corrupt or forged,
+        or kvikio failed)."""
         if hot_path is None or self._kvikio is None:
             return None
         try:
-            return self._kvikio.read(hot_path, key)
+            return self._kvikio.read(hot_path, key, secret)
         except IntegrityError:
             return None  # the host path re-verifies and has the node cache refetch it
         except Exception as exc:  # noqa: BLE001 - a kvikio/cuFile failure: fall back for good

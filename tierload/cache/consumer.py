@@ -20,11 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from tierload.blockfile import decode_frame
+from tierload.blockfile import decode_frame, decode_frame_file
 from tierload.blocks import Block
 from tierload.cache.channel import ChannelClient
 from tierload.cache.messages import Endpoint
-from tierload.checksum_key import deployment_key, local_key
+from tierload.checksum_key import deployment_key, node_key
 from tierload.config import TierloadConfig
 from tierload.errors import ChannelLostError, IntegrityError, StreamNotOpenError
 from tierload.packs import read_cold
@@ -154,7 +154,7 @@ class BlockReader:
         self.reopen = reopen
         self.direct = direct
         # The deployment's checksum key: the node cache keeps a copy beside its endpoint.
-        self.secret = local_key(link.hot_dirs[-1], create=False)
+        self.secret = node_key(link.hot_dirs[-1], create=False)
         self.stats = Counter(direct_hits=0, misses=0, reconnects=0, fallback_reads=0, reopened_streams=0)
         self._direct: DirectSource | None = None
         self._lost = False
@@ -163,11 +163,9 @@ class BlockReader:
         """(raw bytes or None, whether a corrupt copy was found)."""
         for level in levels:
             try:
-                stored = level.read(key)
-            except KeyError:
+                return decode_frame_file(key, level.path(key), secret=self.secret), False
+            except FileNotFoundError:
                 continue
-            try:
-                return decode_frame(key, stored, secret=self.secret)[0], False
             except IntegrityError:
                 log.warning("hot copy of block %s failed its checksum; asking the node cache to refetch", key)
                 return None, True

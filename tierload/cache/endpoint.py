@@ -1,5 +1,6 @@
 """Where consumers find their node's cache: a Unix socket and an endpoint file, both in the
-cache's (private) hot directory.
+cache's (private) hot directory (or where its control files are while it is read-only:
+:mod:`tierload.cache.control_dir`).
 
 The cache publishes its :class:`~tierload.cache.messages.Endpoint` in its hot directory (an
 owner-only JSON file), so a consumer whose cache restarted finds the new one without Ray.
@@ -19,6 +20,7 @@ import stat
 
 import xxhash
 
+from tierload.cache.control_dir import control_dir
 from tierload.cache.messages import Endpoint
 from tierload.stores.local import pid_alive
 
@@ -33,7 +35,7 @@ _SUN_PATH_MAX = 107
 def channel_address(node_id: str, hot_dir: str) -> str:
     """The node cache's socket: :data:`SOCKET_FILE` in ``hot_dir``, or an abstract-namespace name
     (starting with NUL) when that path is longer than :data:`_SUN_PATH_MAX` bytes."""
-    directory = os.path.abspath(os.path.expanduser(hot_dir))
+    directory = control_dir(hot_dir)
     path = os.path.join(directory, SOCKET_FILE)
     if len(os.fsencode(path)) <= _SUN_PATH_MAX:
         return path
@@ -58,7 +60,7 @@ def clear_stale_endpoint(hot_dir) -> Endpoint | None:
         except FileNotFoundError:
             pass
     try:
-        os.unlink(os.path.join(str(hot_dir), ENDPOINT_FILE))
+        os.unlink(os.path.join(control_dir(hot_dir), ENDPOINT_FILE))
     except FileNotFoundError:
         pass
     log.info("cleared the endpoint and socket %r of a node cache that is gone (pid %d)", endpoint.address,
@@ -68,7 +70,7 @@ def clear_stale_endpoint(hot_dir) -> Endpoint | None:
 
 def publish_endpoint(hot_dir, endpoint: Endpoint) -> None:
     """Write ``endpoint`` (its ``authkey`` as hex) into ``hot_dir``, atomically and owner-only."""
-    path = os.path.join(str(hot_dir), ENDPOINT_FILE)
+    path = os.path.join(control_dir(hot_dir), ENDPOINT_FILE)
     tmp = f"{path}.{os.getpid()}.tmp"
     descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
@@ -83,7 +85,7 @@ def read_endpoint(hot_dir) -> Endpoint | None:
         MessageError: Another tierload release published it.
     """
     try:
-        with open(os.path.join(str(hot_dir), ENDPOINT_FILE)) as handle:
+        with open(os.path.join(control_dir(hot_dir), ENDPOINT_FILE)) as handle:
             return Endpoint.from_json(json.load(handle))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -99,6 +101,6 @@ def withdraw_endpoint(hot_dir, endpoint: Endpoint) -> None:
     if current is None or (current.address, current.pid) != (endpoint.address, endpoint.pid):
         return
     try:
-        os.unlink(os.path.join(str(hot_dir), ENDPOINT_FILE))
+        os.unlink(os.path.join(control_dir(hot_dir), ENDPOINT_FILE))
     except OSError:  # gone already, or a read-only hot directory: the file names a dead process
         pass

@@ -29,7 +29,14 @@ from typing import Callable, Sequence, cast
 import xxhash
 
 from tierload.blockfile import encode_frame, verify_frame
-from tierload.cache.tier_writes import WriteHealth, free_bytes, is_full, warn_if_larger_than_file_system
+from tierload.cache.tier_writes import (
+    WriteHealth,
+    describe,
+    free_bytes,
+    is_full,
+    warn_if_larger_than_file_system,
+    write_refusal,
+)
 from tierload.config import TierloadConfig, TierPolicyConfig
 from tierload.counts import AccessCounts, PinCounts
 from tierload.errors import BackendError, IntegrityError
@@ -116,9 +123,18 @@ class HotTier:
             BackendError: A level's directory cannot be created.
         """
         self.levels = self._make_levels(self.config, self.hot_dir)
+        read_only = []
         for level in self.levels:
             warn_if_larger_than_file_system(f"hot-{level.name}", level.store.root, level.capacity_bytes)
+            refusal = write_refusal(level.store.root)
+            if refusal is not None:  # e.g. a tier filled by an earlier run, on a mount read-only now
+                level.health.refused_at_start(refusal)
+                read_only.append((level, refusal))
         self.recover()
+        for level, refusal in read_only:
+            log.warning("the hot-%s tier directory %s is read-only at start (%s): it serves the %d blocks it holds, "
+                        "admits none, and tries one write again every %g s", level.name, level.store.root,
+                        describe(refusal), len(level.index.resident), level.health.retry_s)
 
     def _make_levels(self, config: TierloadConfig, hot_dir: str) -> list[Level]:
         hot, policy = config.hot, self.policy

@@ -32,6 +32,7 @@ from tierload.blocks import Block
 from tierload.cache.accounting import NodeAccounting
 from tierload.cache.catalog import BlockCatalog
 from tierload.cache.channel import ChannelServer
+from tierload.cache.control_dir import control_dir
 from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.cache.endpoint import channel_address, clear_stale_endpoint, publish_endpoint, withdraw_endpoint
 from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, Fetcher
@@ -123,6 +124,8 @@ class NodeCache:
             TierInUseError: Another live node cache owns the hot directory.
             BackendError: A hot or warm tier directory cannot be created.
         """
+        control_dir(self.hot_dir, create=True)  # beside a read-only hot directory: its lock, endpoint, key
+        self._address = channel_address(self.node_id, self.hot_dir)
         ownership = TierOwnership(self.hot_dir, owner_record(self.config, self.hot_dir, self.node_id,
                                                              self._ray_address))
         ownership.acquire()

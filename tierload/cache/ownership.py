@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tierload.cache.control_dir import control_dir
 from tierload.cache.endpoint import read_endpoint
 from tierload.cache.messages import Endpoint, Message
 from tierload.config import TierloadConfig
@@ -140,7 +141,7 @@ class OwnerRecord(Message):
 
 
 def _lock_path(hot_dir: str) -> str:
-    return os.path.join(real_dir(hot_dir), OWNER_FILE)
+    return os.path.join(control_dir(hot_dir), OWNER_FILE)  # the hot directory unless it is read-only
 
 
 def _read_record(handle) -> OwnerRecord | None:

@@ -57,6 +57,22 @@ def free_bytes(path: str | os.PathLike) -> int | None:
     return stats.f_bavail * stats.f_frsize
 
 
+def write_refusal(path: str | os.PathLike) -> OSError | None:
+    """Why the directory ``path`` refuses new files (read-only file system, no permission), or None.
+
+    Asked of the kernel (``access(2)``, which answers EROFS for a read-only mount even to root),
+    without writing anything.
+    """
+    if os.access(path, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError as exc:
+        return exc
+    code = errno.EROFS if read_only else errno.EACCES
+    return OSError(code, os.strerror(code), str(path))
+
+
 def warn_if_larger_than_file_system(tier: str, path: str | os.PathLike, capacity_bytes: int) -> bool:
     """Warn when ``capacity_bytes`` exceeds the size of the file system that holds ``path``.
 
@@ -140,6 +156,13 @@ class WriteHealth:
         self.refusing = True
         log.warning("the %s tier refuses writes (%s: %s); it serves the blocks it holds, admits nothing, and "
                     "tries one write again every %g s", self.tier, describe(exc), exc, self.retry_s)
+
+    def refused_at_start(self, exc: OSError) -> None:
+        """The tier's directory refuses writes before any was tried (read-only at start): admit
+        nothing for ``retry_s``; the owner says so once, with what the tier holds."""
+        self.refusing = True
+        self._paused_until = self.clock() + self.retry_s
+        log.debug("the %s tier refuses writes at start: %s", self.tier, exc)
 
     def succeeded(self) -> None:
         """A write went through: admit again (logged once after a run of refusals)."""
