@@ -35,6 +35,7 @@ from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.cache.hot_tier import HotTier
 from tierload.cache.loop_thread import LoopThread
 from tierload.cache.stream import Stream
+from tierload.cache.streamed_fetch import frame_size, stream_block_to_file, streams
 from tierload.checksum import checksum
 from tierload.config import TierloadConfig
 from tierload.counts import PinCounts
@@ -185,9 +186,14 @@ class Fetcher:
             tally: Counter = Counter()
             started = time.perf_counter()
             try:
-                raw, digest, source = await self._read_lower_tiers(key, fetch.block, tally)
-                seconds = time.perf_counter() - started
-                level = await self._blocking_call(self._settle, key, raw, digest, source)
+                level = await self._stream_from_cold(key, fetch.block, tally)
+                if level is not None:
+                    raw, source = b"", "cold"
+                    seconds = time.perf_counter() - started  # the cold reads and the file writes they overlap
+                else:
+                    raw, digest, source = await self._read_lower_tiers(key, fetch.block, tally)
+                    seconds = time.perf_counter() - started
+                    level = await self._blocking_call(self._settle, key, raw, digest, source)
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the block
@@ -303,6 +309,43 @@ class Fetcher:
                 return found
         raw = await self._catalog.read_cold_async(key, tally)
         return raw, checksum(raw, self.secret), "cold"
+
+    async def _stream_from_cold(self, key: str, block: Block, tally: Counter) -> int | None:
+        """A large block straight from cold into a hot level's file, a request at a time
+        (:mod:`tierload.cache.streamed_fetch`); its level, or None when it is not streamed.
+
+        Not streamed: packs, blocks of one request or less, blocks a peer or the warm tier may
+        hold (read whole from there, as before), and blocks no hot level takes (they are handed
+        to consumers from memory). A level that refuses the file's writes (full, read-only) is
+        paused as for any write, and the block is read whole instead.
+
+        Raises:
+            TierloadError: The cold read failed for good (no partial file is left).
+        """
+        if not streams(block, self.config.cold.max_request_bytes) or self._may_be_above_cold(key):
+            return None
+        size = frame_size(block)
+        reserved = await self._blocking_call(self._hot.reserve_file, key, size)
+        if reserved is None:
+            return None
+        index, temp = reserved
+        try:
+            await stream_block_to_file(self._catalog.source_of(key), block, temp, self.secret, tally,
+                                       self._blocking_call)
+        except OSError as exc:
+            refusal = BackendError(f"cannot write block to the hot tier: {exc}", tier="hot", key=key)
+            refusal.__cause__ = exc  # its errno says whether the level is full or read-only
+            await self._blocking_call(self._hot.abort_file, index, key, temp, refusal)
+            log.warning("streaming block %s into the hot tier failed (%s); reading it whole", key, exc)
+            return None
+        except BaseException:
+            await asyncio.shield(self._blocking_call(self._hot.abort_file, index, key, temp))
+            raise
+        if not await self._blocking_call(self._hot.install_file, index, key, temp, size):
+            return None
+        if self._sync is not None:
+            await self._blocking_call(self._sync.offer_frame_file, key, self._hot.levels[index].store.path(key), size)
+        return index
 
     def _place(self, key: str, raw: bytes, digest: int, source: str) -> int | None:
         """Admit a fetched block into the hot tier; its level, or None if it stays out.

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence, cast
 
 import xxhash
@@ -234,6 +235,59 @@ class HotTier:
                 self.dirty.add(key)
             return index
         return None
+
+    def reserve_file(self, key: str, frame_size: int) -> tuple[int, Path] | None:
+        """Reserve room for a frame that will be written in pieces, in the highest level that takes it.
+
+        For a block streamed from the cold tier (:mod:`tierload.cache.streamed_fetch`): the
+        caller writes the frame to the returned temporary path, then calls
+        :meth:`install_file`, or :meth:`abort_file` if it cannot finish.
+
+        Args:
+            key: The block key.
+            frame_size: The whole frame's size in bytes (header included).
+
+        Returns:
+            ``(level index, temporary path)``, or None if no level takes the block.
+        """
+        for index, level in enumerate(self.levels):
+            with self.lock:
+                if self._reserve(index, key, frame_size):
+                    return index, level.store.temp_path(key)
+        return None
+
+    def install_file(self, index: int, key: str, temp: Path, frame_size: int) -> bool:
+        """Rename a complete frame written at ``temp`` into level ``index`` and commit its reservation.
+
+        Returns:
+            False if the level refused the rename (the reservation is aborted, the file removed).
+        """
+        level = self.levels[index]
+        try:
+            level.store.install(key, temp)
+        except BackendError as exc:
+            self.abort_file(index, key, temp, exc)
+            return False
+        with self.lock:
+            level.index.commit(key, self.now())
+            level.health.succeeded()
+            level.moves.update(promotions=1, written_bytes=frame_size)
+            self.dirty.add(key)
+        return True
+
+    def abort_file(self, index: int, key: str, temp: Path, refusal: BackendError | None = None) -> None:
+        """Give up a frame being written at ``temp``: the file goes, the reservation is released.
+
+        Args:
+            refusal: The level's own refusal of the write (full, read-only), or None when the
+                write stopped for another reason (the cold read failed).
+        """
+        level = self.levels[index]
+        level.store.discard_temp(temp)
+        with self.lock:
+            level.index.abort(key)
+            if refusal is not None:
+                self._refused(level, refusal)
 
     def drop(self, key: str) -> int:
         """Remove ``key`` from whichever level holds it (call under the lock); 1 if it was there.
