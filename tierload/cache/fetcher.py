@@ -333,6 +333,9 @@ class Fetcher:
             await stream_block_to_file(self._catalog.source_of(key), block, temp, self.secret, tally,
                                        self._blocking_call)
         except OSError as exc:
+            if isinstance(exc, TierloadError):  # the cold read failed (tierload's errors are OSErrors too)
+                await self._blocking_call(self._hot.abort_file, index, key, temp)
+                raise
             refusal = BackendError(f"cannot write block to the hot tier: {exc}", tier="hot", key=key)
             refusal.__cause__ = exc  # its errno says whether the level is full or read-only
             await self._blocking_call(self._hot.abort_file, index, key, temp, refusal)
