@@ -12,6 +12,7 @@ import hashlib
 import os
 
 import pytest
+from helpers import land_warm_writes
 
 from tierload.blockfile import HEADER_SIZE, parse_header
 from tierload.cache.endpoint import read_endpoint
@@ -96,6 +97,27 @@ def test_a_stream_that_fails_for_good_leaves_no_file_and_the_next_read_fetches_a
     # One block file: a reservation left behind by the failed stream would have kept this
     # fetch out of the hot tier (or paused the level); a temporary file would still be in .tmp.
     assert len(blocks) == 1 and temps == [] and os.path.getsize(blocks[0]) == HEADER_SIZE + len(data)
+
+
+def test_streamed_blocks_are_offered_to_the_warm_tier_from_their_hot_files(bucket, tier_config, make_dataset):
+    """Blocks streamed into the hot tier reach the warm tier as frames read from their files
+    when the warm queue has room for them: with a hot tier that holds all three (nothing is
+    evicted, so nothing is demoted), the warm tier gets all three all the same."""
+    import ray
+
+    from tierload.cache.runtime import coordinator_name
+
+    name, fs = bucket
+    objects = {f"{name}/ds/clip-{i}.bin": os.urandom(3 * MiB) for i in range(3)}
+    for path, data in objects.items():
+        fs.pipe_file(path, data)
+    config = tier_config(hot="16MiB", warm="64MiB", cold={"max_request_bytes": "1MiB"})
+    dataset = make_dataset(f"s3://{name}/ds", config, layout="files", shuffle=False)
+    assert sorted(sample_bytes(sample) for sample in dataset) == sorted(objects.values())
+    land_warm_writes(dataset)
+    coordinator = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
+    assert ray.get(coordinator.stats.remote())["warm"]["blocks"] == 3
+    assert dataset.cache_stats()["levels"][0]["evictions"] == 0
 
 
 @pytest.mark.slow

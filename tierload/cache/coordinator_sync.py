@@ -144,6 +144,18 @@ class CoordinatorSync:
             return
         self._queue(key, recode(key, frame, self.warm_format, secret=self.secret))
 
+    def room_for(self, size: int) -> bool:
+        """Whether a proposal of ``size`` frame bytes would be queued now; one that would not is
+        counted as skipped (``warm_writes_skipped``), as :meth:`offer_warm` counts it.
+
+        Asked before a large frame is read into memory only to be skipped.
+        """
+        with self._lock:
+            if self._pending_bytes + size <= self.max_pending_bytes:
+                return True
+            self.stats["warm_writes_skipped"] += 1
+            return False
+
     def offer_frame_file(self, key: str, path: str | os.PathLike, size: int) -> None:
         """:meth:`offer_warm` of a frame stored in a file (a block streamed into the hot tier).
 
@@ -151,12 +163,8 @@ class CoordinatorSync:
         large for the queue (``max_pending_bytes``) is skipped and counted without ever being
         read whole into memory. A file gone meanwhile (evicted) is not offered.
         """
-        if self.warm_store is None or key in self.known_warm:
+        if self.warm_store is None or key in self.known_warm or not self.room_for(size):
             return
-        with self._lock:
-            if self._pending_bytes + size > self.max_pending_bytes:
-                self.stats["warm_writes_skipped"] += 1
-                return
         try:
             with open(path, "rb") as handle:
                 frame = handle.read()

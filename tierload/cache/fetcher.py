@@ -186,12 +186,13 @@ class Fetcher:
             tally: Counter = Counter()
             started = time.perf_counter()
             try:
-                level = await self._stream_from_cold(key, fetch.block, tally)
+                found = await self._read_above_cold(key, tally)
+                level = None if found is not None else await self._stream_from_cold(key, fetch.block, tally)
                 if level is not None:
                     raw, source = b"", "cold"
                     seconds = time.perf_counter() - started  # the cold reads and the file writes they overlap
                 else:
-                    raw, digest, source = await self._read_lower_tiers(key, fetch.block, tally)
+                    raw, digest, source = found or await self._read_cold(key, tally)
                     seconds = time.perf_counter() - started
                     level = await self._blocking_call(self._settle, key, raw, digest, source)
             except asyncio.CancelledError:
@@ -301,12 +302,14 @@ class Fetcher:
         has_peers = self._sync is not None and self._peer_call is not None and bool(self._sync.holders_of(key))
         return has_peers or self._warm is not None
 
-    async def _read_lower_tiers(self, key: str, block: Block, tally: Counter) -> tuple[bytes, int, str]:
-        """Peer hot tiers first, then warm, then cold: returns ``(raw, checksum, source)``."""
+    async def _read_above_cold(self, key: str, tally: Counter) -> tuple[bytes, int, str] | None:
+        """Peer hot tiers first, then warm: ``(raw, checksum, source)``, or None when neither has it."""
         if self._may_be_above_cold(key):
-            found = await self._blocking_call(self._read_peer_or_warm, key, tally)
-            if found is not None:
-                return found
+            return await self._blocking_call(self._read_peer_or_warm, key, tally)
+        return None
+
+    async def _read_cold(self, key: str, tally: Counter) -> tuple[bytes, int, str]:
+        """The whole block from cold: ``(raw, checksum, "cold")``."""
         raw = await self._catalog.read_cold_async(key, tally)
         return raw, checksum(raw, self.secret), "cold"
 
@@ -314,15 +317,15 @@ class Fetcher:
         """A large block straight from cold into a hot level's file, a request at a time
         (:mod:`tierload.cache.streamed_fetch`); its level, or None when it is not streamed.
 
-        Not streamed: packs, blocks of one request or less, blocks a peer or the warm tier may
-        hold (read whole from there, as before), and blocks no hot level takes (they are handed
-        to consumers from memory). A level that refuses the file's writes (full, read-only) is
-        paused as for any write, and the block is read whole instead.
+        Called once peers and warm were found not to hold it. Not streamed: packs, blocks of one
+        request or less, and blocks no hot level takes (they are handed to consumers from
+        memory). A level that refuses the file's writes (full, read-only) is paused as for any
+        write, and the block is read whole instead.
 
         Raises:
             TierloadError: The cold read failed for good (no partial file is left).
         """
-        if not streams(block, self.config.cold.max_request_bytes) or self._may_be_above_cold(key):
+        if not streams(block, self.config.cold.max_request_bytes):
             return None
         size = frame_size(block)
         reserved = await self._blocking_call(self._hot.reserve_file, key, size)

@@ -88,12 +88,15 @@ class HotTier:
         offer_warm: ``offer_warm(key, frame)`` proposes an evicted block's frame (as stored
             here, verified) for the warm tier, or None without one.
         in_warm: Whether the warm tier is known to hold a key (then eviction skips the offer).
+        warm_room_for: Whether an offer of that many frame bytes would be taken now; a victim
+            too large for it is not read into memory only to be dropped (a 10 GiB video).
     """
 
     def __init__(self, config: TierloadConfig, hot_dir: str, accesses: AccessCounts, pins: PinCounts,
                  oracle: NextUseOracle, lock: threading.RLock | threading.Condition, now: Callable[[], float],
                  offer_warm: Callable[[str, bytes], None] | None = None,
-                 in_warm: Callable[[str], bool] = lambda key: False) -> None:
+                 in_warm: Callable[[str], bool] = lambda key: False,
+                 warm_room_for: Callable[[int], bool] = lambda size: True) -> None:
         self.config = config
         self.hot_dir = hot_dir
         self.policy = config.policy.hot  # replace_policy() may change it before start()
@@ -105,6 +108,7 @@ class HotTier:
         self.now = now
         self.offer_warm = offer_warm
         self.in_warm = in_warm
+        self.warm_room_for = warm_room_for
         self.dirty: set[str] = set()    # keys whose residency changed since take_dirty()
         self.levels: list[Level] = []  # made by start()
         self.secret: bytes | None = None  # the deployment's checksum key, set by the owner's start()
@@ -370,9 +374,11 @@ class HotTier:
         """A victim's frame, read when a lower level or the warm tier may take it."""
         lower = level_index + 1 < len(self.levels)
         to_warm = self.offer_warm is not None and not self.in_warm(victim)
-        if not (lower or to_warm):
-            return None
         try:
+            if to_warm and not lower:  # the victim is out of the index already: its file tells its size
+                to_warm = self.warm_room_for(self.levels[level_index].store.size(victim))
+            if not (lower or to_warm):
+                return None
             return self.levels[level_index].store.read(victim)
         except KeyError:
             return None
