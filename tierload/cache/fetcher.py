@@ -7,6 +7,11 @@ raises its error in the consumers that waited for it; a failed prefetch nobody w
 not replayed: the next consumer that needs the block fetches it again (the cold tier's retry
 budget, :mod:`tierload.stores.retry`, applies to that fetch afresh).
 
+A plain block longer than one cold request (``cold.max_request_bytes``) that a hot level
+takes, and that no peer or warm copy holds, is streamed from cold straight into that level's
+file (:mod:`tierload.cache.streamed_fetch`): the node cache holds two requests' bytes of it,
+not the block (a 512 MiB object: peak RSS +212 MiB instead of +1237 MiB read whole).
+
 Each fetch is a coroutine on one event-loop thread, at most ``prefetch.concurrency`` at once:
 cold reads are awaited (:meth:`~tierload.stores.cold.ColdSource.read_async`, hundreds in
 flight without a thread each); peer and warm reads and hot-tier writes, which block, run on a
