@@ -79,6 +79,20 @@ def _key_hash(key: str) -> int:
     return xxhash.xxh3_64_intdigest(key.encode("utf-8"))
 
 
+def raw_frame_header(key: str, raw_size: int, digest: int) -> bytes:
+    """The :data:`HEADER_SIZE` bytes that precede ``raw_size`` raw payload bytes of ``key``.
+
+    For a frame written in pieces (a block streamed to a file): the payload follows the header
+    unchanged, so the header can be written last, once the checksum of the payload is known.
+
+    Args:
+        key: The block key.
+        raw_size: The payload's size in bytes.
+        digest: The checksum of the payload (:mod:`tierload.checksum`).
+    """
+    return _HEADER.pack(_MAGIC, _CODEC_IDS["raw"], _key_hash(key), raw_size, raw_size, digest)
+
+
 def _pack(key: str, codec: str, raw_size: int, payload: bytes | memoryview, digest: int) -> bytes:
     header = _HEADER.pack(_MAGIC, _CODEC_IDS[codec], _key_hash(key), raw_size, len(payload), digest)
     return b"".join((header, payload))

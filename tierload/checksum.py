@@ -61,3 +61,28 @@ def checksum(data: bytes | bytearray | memoryview, secret: bytes | None = None) 
         return xxhash.xxh3_64_intdigest(data)
     threads = threads_for(memoryview(data).nbytes)
     return int.from_bytes(blake3.blake3(data, key=secret, max_threads=threads).digest(8), "little")
+
+
+class IncrementalChecksum:
+    """:func:`checksum` of bytes fed in pieces: the same value as one call over their concatenation.
+
+    Both hashes are incremental (BLAKE3's keyed mode and xxh3-64 keep a running state), so a
+    block streamed from the cold tier is checksummed without ever being whole in memory.
+
+    Args:
+        secret: As for :func:`checksum`.
+    """
+
+    def __init__(self, secret: bytes | None = None) -> None:
+        self._state: blake3.blake3 | xxhash.xxh3_64 = (xxhash.xxh3_64() if secret is None
+                                                      else blake3.blake3(key=secret))
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        """Add the next piece of the bytes."""
+        self._state.update(data)
+
+    def value(self) -> int:
+        """The checksum of every piece so far, as :func:`checksum` returns it."""
+        if isinstance(self._state, xxhash.xxh3_64):
+            return self._state.intdigest()
+        return int.from_bytes(self._state.digest(8), "little")

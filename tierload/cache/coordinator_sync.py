@@ -13,6 +13,7 @@ gets no proposal from this node for ``warm.write_retry_s``; the cause is logged 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -142,6 +143,34 @@ class CoordinatorSync:
         if self.warm_store is None or key in self.known_warm:
             return
         self._queue(key, recode(key, frame, self.warm_format, secret=self.secret))
+
+    def room_for(self, size: int) -> bool:
+        """Whether a proposal of ``size`` frame bytes would be queued now; one that would not is
+        counted as skipped (``warm_writes_skipped``), as :meth:`offer_warm` counts it.
+
+        Asked before a large frame is read into memory only to be skipped.
+        """
+        with self._lock:
+            if self._pending_bytes + size <= self.max_pending_bytes:
+                return True
+            self.stats["warm_writes_skipped"] += 1
+            return False
+
+    def offer_frame_file(self, key: str, path: str | os.PathLike, size: int) -> None:
+        """:meth:`offer_warm` of a frame stored in a file (a block streamed into the hot tier).
+
+        The file is read only if a frame of ``size`` bytes would be queued now, so a block too
+        large for the queue (``max_pending_bytes``) is skipped and counted without ever being
+        read whole into memory. A file gone meanwhile (evicted) is not offered.
+        """
+        if self.warm_store is None or key in self.known_warm or not self.room_for(size):
+            return
+        try:
+            with open(path, "rb") as handle:
+                frame = handle.read()
+        except OSError:  # evicted meanwhile, or unreadable: the warm tier simply does not get it now
+            return
+        self.offer_warm(key, frame)
 
     def _queue(self, key: str, data: bytes) -> None:
         with self._lock:

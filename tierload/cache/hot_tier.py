@@ -24,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence, cast
 
 import xxhash
@@ -94,12 +95,15 @@ class HotTier:
         offer_warm: ``offer_warm(key, frame)`` proposes an evicted block's frame (as stored
             here, verified) for the warm tier, or None without one.
         in_warm: Whether the warm tier is known to hold a key (then eviction skips the offer).
+        warm_room_for: Whether an offer of that many frame bytes would be taken now; a victim
+            too large for it is not read into memory only to be dropped (a 10 GiB video).
     """
 
     def __init__(self, config: TierloadConfig, hot_dir: str, accesses: AccessCounts, pins: PinCounts,
                  oracle: NextUseOracle, lock: threading.RLock | threading.Condition, now: Callable[[], float],
                  offer_warm: Callable[[str, bytes], None] | None = None,
-                 in_warm: Callable[[str], bool] = lambda key: False) -> None:
+                 in_warm: Callable[[str], bool] = lambda key: False,
+                 warm_room_for: Callable[[int], bool] = lambda size: True) -> None:
         self.config = config
         self.hot_dir = hot_dir
         self.policy = config.policy.hot  # replace_policy() may change it before start()
@@ -111,6 +115,7 @@ class HotTier:
         self.now = now
         self.offer_warm = offer_warm
         self.in_warm = in_warm
+        self.warm_room_for = warm_room_for
         self.dirty: set[str] = set()    # keys whose residency changed since take_dirty()
         self.levels: list[Level] = []  # made by start()
         self.secret: bytes | None = None  # the deployment's checksum key, set by the owner's start()
@@ -251,6 +256,59 @@ class HotTier:
             return index
         return None
 
+    def reserve_file(self, key: str, frame_size: int) -> tuple[int, Path] | None:
+        """Reserve room for a frame that will be written in pieces, in the highest level that takes it.
+
+        For a block streamed from the cold tier (:mod:`tierload.cache.streamed_fetch`): the
+        caller writes the frame to the returned temporary path, then calls
+        :meth:`install_file`, or :meth:`abort_file` if it cannot finish.
+
+        Args:
+            key: The block key.
+            frame_size: The whole frame's size in bytes (header included).
+
+        Returns:
+            ``(level index, temporary path)``, or None if no level takes the block.
+        """
+        for index, level in enumerate(self.levels):
+            with self.lock:
+                if self._reserve(index, key, frame_size):
+                    return index, level.store.temp_path(key)
+        return None
+
+    def install_file(self, index: int, key: str, temp: Path, frame_size: int) -> bool:
+        """Rename a complete frame written at ``temp`` into level ``index`` and commit its reservation.
+
+        Returns:
+            False if the level refused the rename (the reservation is aborted, the file removed).
+        """
+        level = self.levels[index]
+        try:
+            level.store.install(key, temp)
+        except BackendError as exc:
+            self.abort_file(index, key, temp, exc)
+            return False
+        with self.lock:
+            level.index.commit(key, self.now())
+            level.health.succeeded()
+            level.moves.update(promotions=1, written_bytes=frame_size)
+            self.dirty.add(key)
+        return True
+
+    def abort_file(self, index: int, key: str, temp: Path, refusal: BackendError | None = None) -> None:
+        """Give up a frame being written at ``temp``: the file goes, the reservation is released.
+
+        Args:
+            refusal: The level's own refusal of the write (full, read-only), or None when the
+                write stopped for another reason (the cold read failed).
+        """
+        level = self.levels[index]
+        level.store.discard_temp(temp)
+        with self.lock:
+            level.index.abort(key)
+            if refusal is not None:
+                self._refused(level, refusal)
+
     def drop(self, key: str) -> int:
         """Remove ``key`` from whichever level holds it (call under the lock); 1 if it was there.
 
@@ -332,9 +390,11 @@ class HotTier:
         """A victim's frame, read when a lower level or the warm tier may take it."""
         lower = level_index + 1 < len(self.levels)
         to_warm = self.offer_warm is not None and not self.in_warm(victim)
-        if not (lower or to_warm):
-            return None
         try:
+            if to_warm and not lower:  # the victim is out of the index already: its file tells its size
+                to_warm = self.warm_room_for(self.levels[level_index].store.size(victim))
+            if not (lower or to_warm):
+                return None
             return self.levels[level_index].store.read(victim)
         except KeyError:
             return None

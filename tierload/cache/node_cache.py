@@ -101,7 +101,8 @@ class NodeCache:
                             PlanOracle(self._catalog.key_owners, plans, self._catalog.block_sizes,
                                        self.config.hot.capacity_bytes), self._cond, self._accounting.now,
                             offer_warm=sync.offer_warm if sync is not None and self._has_warm else None,
-                            in_warm=lambda key: sync is not None and key in sync.known_warm)
+                            in_warm=lambda key: sync is not None and key in sync.known_warm,
+                            warm_room_for=sync.room_for if sync is not None else lambda size: True)
         self._fetcher = Fetcher(self.config, node_id, self._cond, self._catalog, self._hot, self._pins,
                                 self._accounting, self._sync, peer_call, peer_max_bytes)
         self._streams = StreamTable(self.config.prefetch, self._cond, self._catalog, self._hot, self._fetcher,

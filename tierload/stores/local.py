@@ -118,9 +118,40 @@ class LocalDirStore(BlockStore):
         except FileNotFoundError:
             raise KeyError(key) from None
 
+    def temp_path(self, key: str) -> Path:
+        """A fresh temporary path for a file of ``key`` written in pieces (see :meth:`install`).
+
+        It lies in this store's temporary directory, so :meth:`scan` sweeps it if its writer dies.
+        """
+        check_key(key)
+        return self.root / _TMP / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
+
+    def install(self, key: str, temp: Path) -> None:
+        """Rename a complete temporary file (from :meth:`temp_path`) into place as ``key``'s file.
+
+        Raises:
+            BackendError: The rename failed; the temporary file is removed.
+        """
+        final = self.path(key)
+        try:
+            final.parent.mkdir(exist_ok=True)
+            os.replace(temp, final)
+        except OSError as exc:
+            self.discard_temp(temp)
+            raise BackendError(f"cannot write block to the {self.tier} tier: {exc}", tier=self.tier,
+                               key=key, url=self.url) from exc
+
+    @staticmethod
+    def discard_temp(temp: Path) -> None:
+        """Remove a temporary file that will not be installed (absent: nothing to do)."""
+        try:
+            temp.unlink(missing_ok=True)
+        except OSError:  # a read-only file system refuses even to unlink what is not there
+            pass
+
     def write(self, key: str, data: bytes) -> None:
         final = self.path(key)
-        tmp = self.root / _TMP / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
+        tmp = self.temp_path(key)
         try:
             final.parent.mkdir(exist_ok=True)
             with open(tmp, "wb") as handle:
