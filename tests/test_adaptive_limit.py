@@ -62,3 +62,26 @@ def test_many_waiters_never_exceed_the_limit_and_are_served_in_arrival_order():
         assert most[0] == 16 and limit.in_flight == 0
 
     asyncio.run(scenario())
+
+
+def test_a_retry_waits_at_the_front_of_the_queue():
+    """A request sent again goes before the first requests queued ahead of it (its pack is not held back)."""
+    async def scenario() -> list[str]:
+        limit, order = AdaptiveLimit(1), []
+        token = await limit.acquire()
+
+        async def take(name: str, retry: bool) -> None:
+            got = await limit.acquire(retry)
+            order.append(name)
+            await asyncio.sleep(0)
+            limit.release(got, None)
+
+        first = [asyncio.ensure_future(take(f"first-{index}", False)) for index in range(3)]
+        await asyncio.sleep(0)
+        again = asyncio.ensure_future(take("retry", True))
+        await asyncio.sleep(0)
+        limit.release(token, None)
+        await asyncio.gather(*first, again)
+        return order
+
+    assert asyncio.run(scenario()) == ["retry", "first-0", "first-1", "first-2"]

@@ -176,8 +176,12 @@ class AdaptiveLimit:
         self._generation = 0
         self._waiters: deque[asyncio.Future] = deque()
 
-    async def acquire(self) -> int:
+    async def acquire(self, retry: bool = False) -> int:
         """Wait for a free slot and take it; returns the token to pass to :meth:`release`.
+
+        A ``retry`` (a request sent again after a failure) waits at the front of the queue: behind
+        the thousands of first requests of later packs it would hold back the pack it belongs to,
+        which a consumer may be waiting for, until all of them were sent.
 
         Slots go in arrival order: a freed slot is handed to the longest waiter as it is freed
         (:meth:`_wake` takes it on the waiter's behalf), so a request that arrives meanwhile
@@ -189,7 +193,10 @@ class AdaptiveLimit:
             self.in_flight += 1
             return self._generation
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        if retry:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
         try:
             await waiter
         except asyncio.CancelledError:
