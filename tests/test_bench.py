@@ -310,3 +310,27 @@ def test_small_workload_peers_smoke(workload, tmp_path):
         if workload == "small-s3":
             assert contenders[name]["s3"]["get_requests"] == options.count * options.epochs
             assert contenders[name]["s3"]["get_bytes"] == options.count * options.size * options.epochs
+
+
+def test_small_workload_runs_only_the_peers_named(tmp_path):
+    """``peer_loaders`` (the CLI's ``--contenders`` on a small workload) picks which other loaders run."""
+    import dataclasses
+
+    from tierload.bench.small.run import SmallOptions, run_small
+
+    options = dataclasses.replace(SmallOptions.smoke("small-s3"), count=300, classes=3, size=4096,
+                                  cache_dir=str(tmp_path / "data"), peer_loaders=("s3torch",))
+    result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=240)
+    ran = set(result["contenders"]) | set(result.get("not_run", {}))
+    assert ran == {"tierload-s3", "s3torch-s3"}, ran
+    with pytest.raises(ValueError, match="peer_loaders"):
+        SmallOptions(workload="small-s3", peer_loaders=("streaming",))
+
+
+def test_small_workload_contenders_option_names_only_small_peers():
+    from click.testing import CliRunner
+
+    from tierload.cli.bench import bench
+
+    outcome = CliRunner().invoke(bench, ["--workload", "small-s3", "--contenders", "tierload,s3fs"])
+    assert outcome.exit_code == 2 and "unknown s3fs" in outcome.output, outcome.output

@@ -62,7 +62,8 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results", show_default=True,
               help="Directory for bench.json, bench.png, bench.txt and the contenders' logs.")
 @click.option("--contenders", help=f"Comma-separated subset of: {', '.join(CONTENDERS)} (default: all; "
-              "--quick: s3fs,simplecache,s3torch,raydata,tierload,ram).")
+              "--quick: s3fs,simplecache,s3torch,raydata,tierload,ram). Small workloads: tierload always, and "
+              "those of s3torch, raydata named (default: both).")
 @click.option("--repeats", type=click.IntRange(1, 20), help="Runs per contender; figures are medians "
               "[default: 3; --quick: 1].")
 @click.option("--samples", type=click.IntRange(1), help="Images in the dataset [4000].")
@@ -93,10 +94,18 @@ def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None
         small_s3 = workload_name == "small-s3"
         size = object_bytes if object_bytes is not None else (4096 if small_s3 else None)
         count = samples if samples is not None else (100_000 if small_s3 and not quick else None)
-        _run_small(workload_name, quick, out_dir, {
-            "count": count, "size": size, "epochs": epochs, "batch_size": batch_size, "num_workers": num_workers,
-            "latency_ms": latency_ms, "startup_keys": startup_keys, "memory_keys": memory_keys,
-            "profile": profile or None, "page_cache": page_cache})
+        given = {"count": count, "size": size, "epochs": epochs, "batch_size": batch_size,
+                 "num_workers": num_workers, "latency_ms": latency_ms, "startup_keys": startup_keys,
+                 "memory_keys": memory_keys, "profile": profile or None, "page_cache": page_cache}
+        if contenders:  # tierload always runs; the others named here are the peers that run with it
+            names = {n.strip() for n in contenders.split(",") if n.strip()}
+            unknown = names - {"tierload", "s3torch", "raydata"}
+            if unknown:
+                raise click.BadParameter(f"unknown {', '.join(sorted(unknown))}; a small workload runs tierload "
+                                         "and any of s3torch, raydata", param_hint="--contenders")
+            loaders = tuple(sorted(names - {"tierload"}))
+            given.update(peers=bool(loaders), peer_loaders=loaders)
+        _run_small(workload_name, quick, out_dir, given)
         return
 
     from tierload.bench import report as bench_report

@@ -154,7 +154,7 @@ class S3RangeReader:
         while True:
             generation = source.credentials_generation
             try:
-                data = await self._get_counted(url, bucket, key, version, start, end, tally)
+                data = await self._get_counted(url, bucket, key, version, start, end, tally, budget.attempts > 0)
             except _FailedRequest as failed:
                 error, failure = failed.error, failed.failure
                 if isinstance(error, CredentialsExpiredError) and config.credential_provider and not refreshed:
@@ -179,10 +179,11 @@ class S3RangeReader:
             return data
 
     async def _get_counted(self, url: str, bucket: str, key: str, version: str, start: int, end: int,
-                           tally: dict) -> bytes:
-        """One request, counted in ``tally`` and in the in-flight limit; failures as :class:`_FailedRequest`."""
+                           tally: dict, retry: bool = False) -> bytes:
+        """One request, counted in ``tally`` and in the in-flight limit (``retry``: at the front of its
+        queue); failures as :class:`_FailedRequest`."""
         limit = _in_flight_limit(self._source.config.max_in_flight)
-        token = await limit.acquire()
+        token = await limit.acquire(retry)
         outcome: Failure | None = Failure.FINAL
         tally["cold_gets"] = tally.get("cold_gets", 0) + 1
         try:

@@ -176,21 +176,36 @@ class AdaptiveLimit:
         self._generation = 0
         self._waiters: deque[asyncio.Future] = deque()
 
-    async def acquire(self) -> int:
-        """Wait for a free slot and take it; returns the token to pass to :meth:`release`."""
-        while self.in_flight >= self.limit:
-            waiter = asyncio.get_running_loop().create_future()
+    async def acquire(self, retry: bool = False) -> int:
+        """Wait for a free slot and take it; returns the token to pass to :meth:`release`.
+
+        A ``retry`` (a request sent again after a failure) waits at the front of the queue: behind
+        the thousands of first requests of later packs it would hold back the pack it belongs to,
+        which a consumer may be waiting for, until all of them were sent.
+
+        Slots go in arrival order: a freed slot is handed to the longest waiter as it is freed
+        (:meth:`_wake` takes it on the waiter's behalf), so a request that arrives meanwhile
+        cannot take it first. Taking turns by re-checking after a wake-up let newcomers take
+        freed slots and sent the woken waiters to the back of the queue again, over and over:
+        quadratic with the thousands of GETs a pack queues at once.
+        """
+        if self.in_flight < self.limit:  # then nobody waits (see _wake), save cancelled waiters
+            self.in_flight += 1
+            return self._generation
+        waiter = asyncio.get_running_loop().create_future()
+        if retry:
+            self._waiters.appendleft(waiter)
+        else:
             self._waiters.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()  # the slot it was woken for goes to the next waiter
-                raise
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-        self.in_flight += 1
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.in_flight -= 1  # the slot handed to it goes to the next waiter
+                self._wake()
+            # A cancelled waiter stays queued until _wake reaches it and skips it (it is done):
+            # removing it here would scan the queue.
+            raise
         return self._generation
 
     def release(self, token: int, outcome: Failure | None) -> None:
@@ -206,9 +221,9 @@ class AdaptiveLimit:
         self._wake()
 
     def _wake(self) -> None:
-        free = self.limit - self.in_flight
-        while free > 0 and self._waiters:
+        """Hand free slots to the waiters, longest first (each slot is taken on its waiter's behalf)."""
+        while self.in_flight < self.limit and self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
+                self.in_flight += 1
                 waiter.set_result(None)
-                free -= 1

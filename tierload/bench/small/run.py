@@ -55,6 +55,7 @@ class SmallOptions:
             page cache) or ``warm`` (all in it).
         peers: Also run the other loaders (issue 16: the S3 Connector for PyTorch, Ray Data) on
             small-files and small-s3.
+        peer_loaders: Which of them (``s3torch``, ``raydata``) run when ``peers`` is set.
         cache_dir: Where generated data is kept (None: ``~/.cache/tierload/bench``).
         seed: Data and shuffle seed.
     """
@@ -74,6 +75,7 @@ class SmallOptions:
     profile: bool = False
     page_cache: str = "cold"
     peers: bool = True
+    peer_loaders: tuple[str, ...] = ("s3torch", "raydata")
     cache_dir: str | None = None
     seed: int = 0
 
@@ -82,6 +84,9 @@ class SmallOptions:
             raise ValueError(f"workload={self.workload!r}; choose one of {', '.join(WORKLOADS)}")
         if min(self.count, self.classes, self.batch_size, self.startup_keys, self.ceiling_concurrency) < 1:
             raise ValueError(f"count, classes, batch_size, startup_keys, ceiling_concurrency must be >= 1: {self}")
+        unknown = set(self.peer_loaders) - {"s3torch", "raydata"}
+        if unknown:
+            raise ValueError(f"peer_loaders={self.peer_loaders!r}: unknown {sorted(unknown)}; choose s3torch, raydata")
         if self.page_cache not in ("cold", "warm"):
             raise ValueError(f"page_cache={self.page_cache!r}; choose cold or warm")
         if self.size < 0 or self.num_workers < 0 or self.memory_keys < 0 or self.epochs < 2:
@@ -181,19 +186,22 @@ def _files(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> No
 
         report["not_run"] = {"s3torch-files": S3_ONLY}
         set_page_cache(root, options.page_cache)
-        _peers(runner, ("raydata-files",), setup, report)
+        _peers(runner, ("raydata-files",), setup, report, loaders=options.peer_loaders)
     if options.profile:
         set_page_cache(root, options.page_cache)
         report["profile"] = _profile(runner, "tierload-files", setup)
 
 
 def _peers(runner: _Runner, names: tuple[str, ...], setup: dict[str, Any], report: dict[str, Any],
-           counters: Callable[[], dict[str, int]] | None = None) -> None:
-    """Run the other loaders (issue 16) after tierload; one whose package is missing goes to
-    ``report["not_run"]`` with the reason. ``counters``: the emulated S3's, to record each run's traffic."""
+           counters: Callable[[], dict[str, int]] | None = None, loaders: tuple[str, ...] = ("s3torch", "raydata")
+           ) -> None:
+    """Run the other loaders (issue 16) of ``loaders`` after tierload; one whose package is missing goes
+    to ``report["not_run"]`` with the reason. ``counters``: the emulated S3's, to record each run's traffic."""
     from tierload.bench.small.peers import missing_package
 
     for name in names:
+        if name.partition("-")[0] not in loaders:
+            continue
         reason = missing_package(name)
         if reason is not None:
             report.setdefault("not_run", {})[name] = reason
@@ -241,7 +249,7 @@ def _s3(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
         after = emulated.counters()
         report["contenders"]["tierload-s3"]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         if options.peers:
-            _peers(runner, ("s3torch-s3", "raydata-s3"), setup, report, emulated.counters)
+            _peers(runner, ("s3torch-s3", "raydata-s3"), setup, report, emulated.counters, options.peer_loaders)
         if options.profile:
             report["profile"] = _profile(runner, "tierload-s3", setup)
 
