@@ -119,3 +119,8 @@ def test_packs_of_a_listed_dataset_change_the_blocks(tmp_path):
     # Packs of about 4,000 bytes: 6 blocks of 4 files each.
     assert len(set(packed["key"].tolist())) == 6 and set(packed["size_bytes"].tolist()) == {4000}
     assert loose["setup"]["blocks"] == 24 and packed["setup"]["blocks"] == 6
+    # The manifest the listing left in manifest.cache_dir, given as --dataset: the same trace.
+    cached = [path for path in (tmp_path / "manifests-4000").rglob("*") if path.is_file()]
+    assert len(cached) == 1, cached
+    again = _trace(tmp_path, "--dataset", str(cached[0]), config=config(4000))
+    assert _same_accesses(again, packed)
