@@ -82,3 +82,28 @@ def test_auto_picks_the_compiled_replay_and_compact_columns_replay_alike():
         simulate(trace, spec, engine="numba")
     with pytest.raises(ConfigError, match="compiled replay"):
         simulate(trace, StackSpec("lru", 10, "clairvoyant", 10), engine="fast")
+
+
+def test_an_edited_module_drops_the_compiled_cache_of_every_module(tmp_path):
+    # Numba checks a cached function against its own file only; a function inlined from an
+    # edited module would stay old in its callers' caches. Any edit drops them all.
+    from tierload.simulator.fast import CACHE_STAMP, _drop_stale_cache
+
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "tier.py").write_text("A = 1\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+
+    def cached() -> list[str]:
+        for name in ("replay.replay-1.py311.nbi", "replay.replay-1.py311.1.nbc"):
+            (cache / name).write_bytes(b"x")
+        return sorted(path.name for path in cache.iterdir() if path.name != CACHE_STAMP)
+
+    assert cached() and _drop_stale_cache(tmp_path)  # no stamp: a cache of unknown sources
+    assert [path.name for path in cache.iterdir()] == [CACHE_STAMP]
+    assert cached() and not _drop_stale_cache(tmp_path)  # the same sources: kept
+    assert cached() == ["replay.replay-1.py311.1.nbc", "replay.replay-1.py311.nbi"]
+    (tmp_path / "__init__.py").write_text("# no compiled functions here\n")
+    assert not _drop_stale_cache(tmp_path)
+    (tmp_path / "tier.py").write_text("A = 2\n")
+    assert _drop_stale_cache(tmp_path) and [path.name for path in cache.iterdir()] == [CACHE_STAMP]

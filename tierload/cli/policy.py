@@ -130,6 +130,8 @@ def validate(file: str) -> None:
               help="Samples per batch (recorded; the trace is the same for any batch size).")
 @click.option("--shuffle", default="auto", show_default=True, type=click.Choice(["auto", "sample", "block", "none"]))
 @click.option("--window-blocks", default=8, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--drop-last", is_flag=True,
+              help="As TieredDataset's drop_last: trim the epoch to a multiple of --world-size instead of padding it.")
 @click.option("--hot-capacity", type=_Capacity(), help="Hot tier per node: a size or a share of the data, e.g. 25% "
               "[default: hot.capacity_bytes of FILE].")
 @click.option("--warm-capacity", type=_Capacity(), help="Warm tier: a size or a share, 0 for none "
@@ -150,7 +152,7 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
              stagger: float, shuffle: str, window_blocks: int, hot_capacity, warm_capacity, hot_policies: str | None,
              warm_policies: str | None, save_trace: str | None, as_json: bool, layout: str | None = None,
              workers: int | None = None, batch_size: int | None = None, sweep_text: str | None = None,
-             plot: str | None = None, processes: int | None = None) -> None:
+             plot: str | None = None, processes: int | None = None, drop_last: bool = False) -> None:
     """Replay an access trace through the policies of FILE and all others, side by side.
 
     Without --trace, the trace is the one TieredDataset would read with these settings.
@@ -176,7 +178,8 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
             shape = dataset_shape(dataset, config, block_bytes=block_bytes, size_spread=size_spread,
                                   samples_per_block=samples_per_block, seed=seed, layout=layout)
             trace = fast_job_trace([JobSpec(shape, epochs=epochs, seed=seed + j, world_size=world_size, nodes=nodes,
-                                            shuffle=shuffle, window_blocks=window_blocks, start=j * stagger)
+                                            shuffle=shuffle, window_blocks=window_blocks, drop_last=drop_last,
+                                            start=j * stagger)
                                     for j in range(jobs)])
             run_epochs = epochs * jobs
         if save_trace:

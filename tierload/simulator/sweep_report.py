@@ -93,6 +93,11 @@ def plot_sweep(sweep: Sweep, path: str, title: str | None = None) -> None:
                      color=drawn.get_color(), markeredgecolor="black")
         if priced:
             axes[2].plot(share, [p.usd_per_run for p in line], marker="o", color=drawn.get_color())
+            cheapest = sweep.cheapest(policy)
+            if cheapest is not None:
+                axes[2].plot([100 * cheapest.capacity_bytes / sweep.setup["working_set_bytes"]],
+                             [cheapest.usd_per_run], marker="v", markersize=13, color=drawn.get_color(),
+                             markeredgecolor="black")
     if sweep.min_hits:
         accesses = max(sweep.setup["accesses"], 1)
         if sweep.setup.get("warm_policy") is None:  # with a warm tier, MIN's misses are no floor of S3 reads
@@ -104,6 +109,10 @@ def plot_sweep(sweep: Sweep, path: str, title: str | None = None) -> None:
         axes[2].set_ylabel("$ per training run")
     axes[-1].set_xlabel(f"{sweep.tier} tier capacity ({'per node, ' if sweep.tier == 'hot' else ''}% of the data)")
     axes[0].legend(title="* knee: within 5% of the best", fontsize="small")
+    if sweep.min_hits:
+        axes[1].legend(fontsize="small")  # names the dashed line: Belady's MIN, the hot tier alone
+    if priced:
+        axes[2].legend(handles=[], title="\u25bc the policy's cheapest run", fontsize="small")
     for axis in axes:
         axis.grid(alpha=0.3)
     if title:
