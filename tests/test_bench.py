@@ -210,14 +210,16 @@ def test_rig_ceiling_probe_gets_every_object(own_buckets):
 # ----------------------------------------------------------------- smoke runs of the small workloads
 @pytest.mark.parametrize("workload", ["small-files", "small-s3", "startup"])
 def test_small_workload_smoke(workload, tmp_path):
-    """A 2,000-object variant of each small-object workload runs end to end and reports its targets."""
+    """A 500-object variant of each small-object workload (startup: a 5,000-key listing) runs end to
+    end and reports its targets. 500, not the smoke preset's 2,000: the checks are per object, and
+    the fixed costs (processes, Ray) dominate either way."""
     import dataclasses
 
     from tierload.bench.small import report
     from tierload.bench.small.run import SmallOptions, run_small
 
     # the other loaders have their own, smaller smoke run below (test_small_workload_peers_smoke)
-    options = dataclasses.replace(SmallOptions.smoke(workload), cache_dir=str(tmp_path / "data"),
+    options = dataclasses.replace(SmallOptions.smoke(workload), count=500, cache_dir=str(tmp_path / "data"),
                                   size=4096 if workload == "small-s3" else 1024, peers=False)
     result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=300)
     paths = report.write(result, tmp_path / "out")
