@@ -27,13 +27,19 @@ def s3():
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray for the session, bound to 127.0.0.1, 2 CPUs, no dashboard."""
+def ray_session(tmp_path_factory):
+    """One local Ray for the session, bound to 127.0.0.1, 2 CPUs, no dashboard.
+
+    Every Ray worker and every process started later with this environment refuses to resolve
+    amazonaws.com names, and logs any attempt (tests/dns_guard.py, installed by
+    tests/sitecustomize.py; case B07).
+    """
     import ray
 
     # Actors import test-only helpers (e.g. a rotating credential provider) from tests/.
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
+    os.environ.setdefault("TIERLOAD_TEST_DNS_GUARD_LOG", str(tmp_path_factory.mktemp("dns-guard") / "events.jsonl"))
     ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              object_store_memory=200 * 2**20, namespace="tierload", log_to_driver=False,
              configure_logging=False)

@@ -71,10 +71,56 @@ def test_b06_a_second_expiry_reaches_the_user(s3, bucket, tier_config, make_data
             indices(dataset)
 
 
+@pytest.fixture
+def amazonaws_guard(ray_session):
+    """Case B07: this process refuses to resolve amazonaws.com names as well (Ray workers and
+    spawned processes already do, tests/dns_guard.py); yields ``events(all_time=False)``, the
+    guard's log since the test began (or all of it)."""
+    import dns_guard
+
+    log = os.environ[dns_guard.LOG_VARIABLE]
+    since = os.path.getsize(log) if os.path.exists(log) else 0
+    restore = dns_guard.install(log)
+    yield lambda all_time=False: dns_guard.events(log, 0 if all_time else since)
+    restore()
+
+
+def test_b07_the_amazonaws_guard_refuses_in_every_kind_of_process(amazonaws_guard):
+    """Case B07: the guard is no no-op: an amazonaws.com name is refused (and logged) here, in a
+    fresh interpreter started with the session's environment, and in a Ray worker; other names resolve."""
+    import socket
+    import sys
+
+    import ray
+
+    host = "s3.eu-west-3.amazonaws.com"
+    with pytest.raises(socket.gaierror, match="dns_guard"):
+        socket.getaddrinfo(host, 443)
+    assert socket.getaddrinfo("127.0.0.1", 80) and socket.getaddrinfo("localhost", 80)
+    child = subprocess.run([sys.executable, "-c", f"import socket; socket.getaddrinfo({host!r}, 443)"],
+                           capture_output=True, text=True, timeout=60)
+    assert child.returncode != 0 and "dns_guard" in child.stderr
+
+    def resolve_in_ray(name: str) -> str:
+        import socket
+
+        try:
+            socket.getaddrinfo(name, 443)
+        except socket.gaierror as exc:
+            return str(exc)
+        return "resolved"
+
+    assert "dns_guard" in ray.get(ray.remote(num_cpus=0)(resolve_in_ray).remote(host), timeout=120)
+    refused = [e for e in amazonaws_guard() if e["event"] == "refused"]
+    assert len(refused) == 3 and len({e["pid"] for e in refused}) == 3 and {e["host"] for e in refused} == {host}
+
+
 @pytest.mark.parametrize("how", ["kwarg", "storage_options", "env"])
-def test_b07_the_endpoint_reaches_every_process(s3, bucket, tier_config, make_dataset, monkeypatch, how):
+def test_b07_the_endpoint_reaches_every_process(s3, bucket, tier_config, make_dataset, monkeypatch, how,
+                                               amazonaws_guard):
     """B07: however the endpoint is given, every reader (spawned workers, the node cache actor)
-    goes to it; this machine cannot reach amazonaws.com, so any stray request would fail."""
+    goes to it; every one of them runs under the amazonaws.com resolution guard, which logs no
+    attempt (and this machine cannot reach amazonaws.com, so a stray request would also fail)."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 8, size=100)
     credentials = {"key": s3.storage_options["key"], "secret": s3.storage_options["secret"]}
@@ -96,6 +142,12 @@ def test_b07_the_endpoint_reaches_every_process(s3, bucket, tier_config, make_da
     # Spawned workers start from a clean interpreter: nothing reaches them but the pickled dataset.
     context = multiprocessing.get_context("spawn" if how == "env" else "fork")
     assert sorted(indices(dataset, num_workers=2, batch_size=2, multiprocessing_context=context)) == list(range(8))
+    assert [e for e in amazonaws_guard() if e["event"] == "refused"] == []
+    guarded = {e["pid"] for e in amazonaws_guard(all_time=True) if e["event"] == "installed"}
+    assert dataset.cache_stats()["pid"] in guarded  # the node cache actor read under the guard
+    if how == "env":  # spawned workers (forked ones inherit this process's guard)
+        spawned = {e["pid"] for e in amazonaws_guard() if e["event"] == "installed" and e["ppid"] == os.getpid()}
+        assert len(spawned) >= 2
 
 
 def _single_reader(endpoint: Endpoint, stream_id: str, plan: StreamPlan, key: str, delay_s: float) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import index_of, put_indexed_objects
 from test_cases import collect_raw
 from torch.utils.data import DataLoader
@@ -27,6 +29,7 @@ from tierload.stores.cold import ColdLocation, ColdSource
 
 PROFILE_KEY = "PROFILEKEYAAAAAAAAAA"
 PROFILE_SECRET = "profile-secret-never-logged"
+PROCESS_KEY = "PROCKEYSLOWAAAAAAAAA"
 CHAIN_ENVIRONMENT = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
                      "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
 
@@ -145,3 +148,70 @@ def test_static_keys_in_the_environment_are_shipped_and_never_shown(monkeypatch)
     explicit = ColdLocation.resolve("s3://b/p", ColdConfig(storage_options={"profile": "other"}))
     assert "key" not in explicit.storage_options  # a named profile wins over environment keys, as in botocore
     assert json.dumps(dict(location.credential_chain)) == "{}"
+
+
+class _FallbackReads(torch.utils.data.Dataset):
+    """Block ``i`` of a dataset read the way a DataLoader worker reads it when no node cache
+    answers (``BlockReader``'s fallback): a ``DirectSource`` built once in each process."""
+
+    def __init__(self, dataset) -> None:
+        self.keys = [block.key for block in dataset.manifest.blocks]
+        self.make_source = dataset._direct_source
+        self.source = None
+        self.pid = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, index: int) -> bytes:
+        if self.pid != os.getpid():
+            self.source, self.pid = self.make_source(), os.getpid()
+        return self.source.read(self.keys[index])
+
+
+def test_b06_sixteen_workers_starting_together_resolve_credentials_from_a_credential_process(
+        bucket, tier_config, make_dataset, tmp_path, monkeypatch, faulty_s3):
+    """Case B06: 16 DataLoader workers start at once, each resolving credentials from a profile's
+    credential_process (slow on purpose: all 16 resolutions overlap) to read cold itself (the
+    fallback path); then 16 workers read through the node cache. Every sample once, exact bytes,
+    every request signed with the process's key (the proxy refuses any other), no error.
+
+    16 is the count the case names; forked workers (no interpreter start) keep the test to seconds
+    on 2 cores, and the 16 credential processes are what overlaps."""
+    for variable in CHAIN_ENVIRONMENT:
+        monkeypatch.delenv(variable, raising=False)
+    calls = tmp_path / "credential-calls"
+    helper = tmp_path / "credentials.py"
+    helper.write_text(textwrap.dedent(f"""
+        import json, os, time
+        time.sleep(0.3)  # a slow provider (SSO, a vault): the 16 workers' resolutions overlap
+        with open({str(calls)!r}, "a") as log:
+            log.write(str(os.getppid()) + "\\n")
+        print(json.dumps({{"Version": 1, "AccessKeyId": {PROCESS_KEY!r}, "SecretAccessKey": "s"}}))
+    """))
+    config_file = tmp_path / "config"
+    config_file.write_text(f"[profile slow]\ncredential_process = {sys.executable} {helper}\n")
+    monkeypatch.setenv("AWS_PROFILE", "slow")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config_file))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    faulty_s3.faults.allowed_access_keys = {PROCESS_KEY}
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/ds", 48, size=1000)
+    options = {"client_kwargs": {"endpoint_url": faulty_s3.endpoint_url, "region_name": "us-east-1"}}
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(warm=None), layout="files", storage_options=options)
+    listing_calls = set(calls.read_text().split())
+
+    direct = DataLoader(_FallbackReads(dataset), batch_size=1, num_workers=16, collate_fn=lambda batch: batch[0],
+                        multiprocessing_context="fork")
+    seen = [bytes(sample) for sample in direct]
+    assert sorted(seen) == sorted(payloads) and len(seen) == 48
+    resolved_by = set(calls.read_text().split()) - listing_calls
+    assert len(resolved_by) >= 16  # each worker ran the credential process itself
+    gets = sum(faulty_s3.faults.gets.values())
+    assert gets >= 48 and set(faulty_s3.faults.access_keys) == {PROCESS_KEY}
+
+    loader = DataLoader(dataset, batch_size=3, num_workers=16, collate_fn=collect_raw, multiprocessing_context="fork")
+    through_cache = {index_of(s): bytes(s) for samples, _ in loader for s in samples}
+    assert through_cache == dict(enumerate(payloads))
+    assert sum(faulty_s3.faults.gets.values()) >= gets + 48  # the node cache fetched every block from cold
+    assert set(faulty_s3.faults.access_keys) == {PROCESS_KEY}

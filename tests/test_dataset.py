@@ -301,3 +301,23 @@ def test_bad_arguments_are_typed_errors_naming_the_value(s3, ray_session, tier_c
         TieredDataset("not-a-url", lazy=True)
     with pytest.raises(BucketNotFoundError, match="missing-bucket-xyz"):
         TieredDataset("s3://missing-bucket-xyz/x", tier_config(), storage_options=s3.storage_options)
+
+
+def test_each_rank_sees_its_own_epoch_counters_on_a_shared_node_cache(bucket, tier_config, make_dataset):
+    """Two ranks (or jobs) read one dataset through one node cache: ``own_epoch_stats`` is each one's
+    share (before, each was shown the node's totals: 2 nodes x 2 ranks reported 164-171 cold GETs for
+    90 objects), and the shares add up to ``epoch_stats``, the node's totals."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 40, size=500)
+    config = tier_config(warm=None)
+    ranks = [make_dataset(f"s3://{name}/ds", config, rank=rank, world_size=2, batch_size=4, layout="files")
+             for rank in range(2)]
+    seen = [indices(loader_for(dataset, num_workers=2 if rank else 0)) for rank, dataset in enumerate(ranks)]
+    assert sorted(seen[0] + seen[1]) == list(range(40))
+    own = [dataset.own_epoch_stats(0) for dataset in ranks]
+    node = ranks[0].epoch_stats(0)
+    assert ranks[1].epoch_stats(0) == node
+    assert [stats["accesses"] for stats in own] == [20, 20] and node["accesses"] == 40
+    assert own[0]["cold_gets"] + own[1]["cold_gets"] == node["cold_gets"] == 40  # every object fetched once
+    for counter in node:
+        assert own[0].get(counter, 0) + own[1].get(counter, 0) == node[counter], counter

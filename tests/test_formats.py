@@ -126,7 +126,8 @@ def test_npy_rows_are_samples_and_large_files_become_row_range_blocks(bucket, ti
 
 def test_parquet_rows_with_column_selection(bucket, tier_config, make_dataset):
     name, fs = bucket
-    table = pa.table({"x": list(range(60)), "vec": [[float(i)] * 3 for i in range(60)],
+    vec = pa.list_(pa.field("item", pa.float64(), nullable=False))  # B46: non-nullable elements decode to tensors
+    table = pa.table({"x": list(range(60)), "vec": pa.array([[float(i)] * 3 for i in range(60)], type=vec),
                       "text": [f"row {i}" for i in range(60)], "label": [i % 3 for i in range(60)]})
     buffer = io.BytesIO()
     pq.write_table(table, buffer, row_group_size=16)

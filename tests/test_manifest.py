@@ -99,7 +99,9 @@ def test_parquet_row_groups_are_blocks_and_decode_alone(s3, bucket):
     name, fs = bucket
     for part in range(2):
         rows = np.arange(part * 250, (part + 1) * 250)
-        table = pa.table({"x": pa.array(rows, pa.int64()), "vec": [[float(r)] * 4 for r in rows],
+        vec = pa.array([[float(r)] * 4 for r in rows],  # B46: non-nullable elements decode to tensors
+                       type=pa.list_(pa.field("item", pa.float64(), nullable=False)))
+        table = pa.table({"x": pa.array(rows, pa.int64()), "vec": vec,
                           "label": pa.array(rows % 10), "name": [f"row-{r}" for r in rows]})
         buffer = io.BytesIO()
         pq.write_table(table, buffer, row_group_size=100)

@@ -72,7 +72,7 @@ def test_two_nodes_of_two_ranks_read_epoch_two_from_their_hot_tiers(tmp_path):
         assert epoch["per_rank"] == [23] * 4 and sorted(set(epoch["seen"])) == list(range(90))
         assert len(epoch["seen"]) == 92
     assert all(one != two for one, two in zip(first["orders"], second["orders"], strict=True))
-    # Each rank reports its node's counters (two ranks share a node cache): both epochs alike.
+    # Each rank reports its own streams' counters (own_epoch_stats), so the sums are the cluster's.
     assert first["cold_gets"] > 0 and second["cold_gets"] <= 0.05 * first["cold_gets"]
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+import tierload
 from tierload.layouts.webdataset import WebDatasetDecoder
 
 
@@ -71,22 +72,51 @@ def test_decoder_groups_members_by_key_within_a_block():
                                             {"__key__": "1", "a": b"a1", "b": b"b1"}]
 
 
-def test_parquet_list_types_depend_only_on_the_schema(bucket, tier_config, make_dataset):
-    """Case B46. A null element in one row group neither turns its neighbours to float nor alters big integers."""
+def parquet_rows(bucket, make_dataset, tier_config, table: pa.Table) -> dict[int, dict]:
+    """Write ``table`` with row groups of 2 to the local S3 server; read it back as ``{i: row}``."""
     name, fs = bucket
-    big = 2**53 + 1
-    table = pa.table({"i": pa.array([0, 1, 2, 3]),
-                      "v": pa.array([[big, 1], [2, None], [3, 4], [5, 6]], type=pa.list_(pa.int64()))})
     buffer = io.BytesIO()
     pq.write_table(table, buffer, row_group_size=2)
     fs.pipe_file(f"{name}/pq/part-0.parquet", buffer.getvalue())
     fs.invalidate_cache()
     dataset = make_dataset(f"s3://{name}/pq", tier_config(), shuffle=False)
     assert len(dataset.manifest.blocks) == 2
-    rows = {row["i"]: row["v"] for row, _label in dataset}
+    rows = {row.pop("i"): row for row, _label in dataset}
     assert sorted(rows) == [0, 1, 2, 3]
+    return rows
+
+
+def test_parquet_list_types_depend_only_on_the_schema(bucket, tier_config, make_dataset):
+    """Case B46. Nullable elements: every row is values + validity mask, nulls or not, big integers exact."""
+    big = 2**53 + 1
+    table = pa.table({"i": pa.array([0, 1, 2, 3]),
+                      "v": pa.array([[big, 1], [2, None], [3, 4], [5, 6]], type=pa.list_(pa.int64())),
+                      "f": pa.array([[0.5, 1.5], [2.5, 3.5], [None, 4.5], [5.5, 6.5]], type=pa.list_(pa.float32(), 2))})
+    assert table.schema.field("v").type.value_field.nullable  # pyarrow's default
+    rows = parquet_rows(bucket, make_dataset, tier_config, table)
+    for row in rows.values():  # one type per column, in the row group with a null and in the one without
+        for column, dtype in (("v", torch.int64), ("f", torch.float32)):
+            assert set(row[column]) == {"values", "valid"}
+            assert row[column]["values"].dtype == dtype and row[column]["valid"].dtype == torch.bool
+    assert rows[0]["v"]["values"].tolist() == [big, 1]  # exact, not rounded through float64
+    assert rows[0]["v"]["valid"].tolist() == [True, True]
+    assert rows[1]["v"]["values"].tolist() == [2, 0] and rows[1]["v"]["valid"].tolist() == [True, False]  # explicit
+    assert rows[2]["v"]["values"].tolist() == [3, 4] and rows[3]["v"]["values"].tolist() == [5, 6]
+    assert rows[2]["f"]["valid"].tolist() == [False, True] and rows[2]["f"]["values"].tolist() == [0.0, 4.5]
+    batch, _labels = tierload.collate([(rows[i], -1) for i in range(4)])
+    assert batch["v"]["values"].shape == (4, 2) and batch["v"]["values"][0, 0].item() == big
+    assert batch["v"]["valid"].tolist() == [[True, True], [True, False], [True, True], [True, True]]
+
+
+def test_parquet_lists_with_non_nullable_elements_are_tensors(bucket, tier_config, make_dataset):
+    """Case B46. Elements declared not nullable: every row an exact int64 tensor; a null list is None."""
+    big = 2**53 + 1
+    item = pa.field("item", pa.int64(), nullable=False)
+    table = pa.table({"i": pa.array([0, 1, 2, 3]),
+                      "v": pa.array([[big, 1], None, [3, 4], [5, 6, 7]], type=pa.list_(item))})
+    rows = parquet_rows(bucket, make_dataset, tier_config, table)
+    assert rows[1]["v"] is None  # the null list is explicit
     for i in (0, 2, 3):
-        assert isinstance(rows[i], torch.Tensor) and rows[i].dtype == torch.int64
-    assert rows[0].tolist() == [big, 1]  # exact, not rounded through float64
-    assert rows[1] == [2, None]  # the null is explicit
-    assert rows[2].tolist() == [3, 4] and rows[3].tolist() == [5, 6]
+        assert isinstance(rows[i]["v"], torch.Tensor) and rows[i]["v"].dtype == torch.int64
+    assert rows[0]["v"].tolist() == [big, 1]
+    assert rows[2]["v"].tolist() == [3, 4] and rows[3]["v"].tolist() == [5, 6, 7]

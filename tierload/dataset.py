@@ -25,6 +25,7 @@ exactly one iteration (all of its workers), then never again.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -142,6 +143,9 @@ class TieredDataset(IterableDataset):
         # What this process's readers did: direct hot reads, misses, reconnects to a restarted
         # node cache, blocks read without it, streams reopened.
         self.consumer_stats: Counter = Counter()
+        # Marks the stream ids of this object's iterations (and its workers' copies), so that
+        # own_epoch_stats tells them from other ranks' and jobs' streams on a shared node cache.
+        self._stream_owner = secrets.token_hex(4)
         # What the training loop waited for, measured in this process (see tierload.stall).
         self._stall = StallMeter(lambda epoch: report_epoch(self, epoch), lambda epoch: report_progress(self, epoch),
                                  self.config.metrics.export_interval_s)
@@ -392,10 +396,21 @@ class TieredDataset(IterableDataset):
         return stats
 
     def epoch_stats(self, epoch: int) -> dict[str, float]:
-        """Summed counters of this node's streams of ``epoch`` for this dataset."""
+        """Summed counters of this node's streams of ``epoch`` for this dataset: the node's
+        totals, every rank and job on this node that reads it included (see :meth:`own_epoch_stats`)."""
+        return self._summed_epoch_stats(epoch, lambda stream_id: True)
+
+    def own_epoch_stats(self, epoch: int) -> dict[str, float]:
+        """Like :meth:`epoch_stats`, counting only the streams this dataset object's iterations
+        opened (in this process or its DataLoader workers): this rank's, this job's share of a
+        node cache that other ranks or jobs read the same dataset through."""
+        mark = f"/{self._stream_owner}."
+        return self._summed_epoch_stats(epoch, lambda stream_id: mark in stream_id)
+
+    def _summed_epoch_stats(self, epoch: int, counted: Callable[[str], bool]) -> dict[str, float]:
         totals: dict[str, float] = {}
         for row in self._started_link().call("stream_stats", self.manifest.dataset_id, wait_s=30.0):
-            if row["epoch"] != epoch:
+            if row["epoch"] != epoch or not counted(row["stream_id"]):
                 continue
             for name, value in row.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in (

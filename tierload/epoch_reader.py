@@ -54,7 +54,7 @@ class EpochReader:
         self.skip = self.point.skip if self.point is not None else 0
         manifest = dataset.manifest
         self.stream_id = (f"{manifest.dataset_id}/s{dataset.seed}/e{self.epoch}/r{self.rank}of{self.world}/"
-                          f"{key:x}")
+                          f"{dataset._stream_owner}.{key:x}")
 
     # ------------------------------------------------------------ the stream
     def _plan(self) -> StreamPlan:

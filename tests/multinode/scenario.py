@@ -46,7 +46,7 @@ class Trainer:
         for batch in loader:
             seen.extend(int(bytes(sample[:8])) for sample, _ in batch)
             time.sleep(delay_s)
-        return {"seen": seen, "stats": self.dataset.epoch_stats(epoch)}
+        return {"seen": seen, "stats": self.dataset.own_epoch_stats(epoch)}  # summed over ranks: no double count
 
     def land_warm_writes(self) -> None:
         """This node's cache finishes its fetches and syncs with the coordinator now (``sync_now``):

@@ -56,7 +56,9 @@ def upload_parquet(fs, prefix: str, images: np.ndarray, labels: np.ndarray, file
     written = 0
     for part, index in enumerate(np.array_split(np.arange(len(labels)), files)):
         flat = images[index].reshape(len(index), -1)
-        pixels = pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel(), type=pa.uint8()), flat.shape[1])
+        # Non-nullable pixels decode to plain uint8 tensors (nullable elements decode to values + mask)
+        pixel_type = pa.list_(pa.field("item", pa.uint8(), nullable=False), flat.shape[1])
+        pixels = pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel(), type=pa.uint8()), type=pixel_type)
         table = pa.table({"pixels": pixels, "label": pa.array(labels[index], type=pa.int64())})
         buffer = io.BytesIO()
         pq.write_table(table, buffer, row_group_size=row_group_rows)

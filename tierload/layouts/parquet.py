@@ -7,6 +7,21 @@ block per row group, never as one huge block. A single row group is the smallest
 decodes on its own; one larger than ``block_bytes`` stays one block, and the manifest warns
 (write such files with smaller row groups, e.g. ``pyarrow.parquet.write_table(...,
 row_group_size=...)``).
+
+A row decodes to ``{column: value}``; each value's type is a function of the column's schema
+alone, never of what else its row group holds (case B46):
+
+* integer, float and bool columns: Python ``int``/``float``/``bool`` (``None`` for a null);
+  integers exact, never promoted to float by a null elsewhere;
+* numeric lists (``list``, ``large_list``, ``fixed_size_list`` of ints or floats): a 1-D
+  tensor of the value type when the element field is not nullable, else
+  ``{"values": tensor, "valid": bool tensor}`` with 0 in ``values`` where ``valid`` is False
+  (pyarrow's ``pa.list_(pa.int64())`` has nullable elements; declare
+  ``pa.list_(pa.field("item", pa.int64(), nullable=False))`` to get plain tensors); a null
+  list is ``None``. ``int64`` stays ``torch.int64``, exact. ``tierload.collate`` stacks
+  equal-length rows into ``(batch, length)`` tensors (and masks);
+* every other type: what ``pyarrow.Array.to_pylist`` gives (strings, bytes, nested lists,
+  structs), ``None`` for nulls.
 """
 
 from __future__ import annotations
@@ -19,11 +34,12 @@ from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
 from tierload.blocks import Block
-from tierload.errors import ManifestError
+from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
 from tierload.layouts.sparse import SparseFile
 from tierload.stores.cold import ColdSource, ObjectInfo
@@ -132,31 +148,44 @@ def _is_numeric_list(kind: pa.DataType) -> bool:
 def _numeric_list_rows(array: pa.Array) -> list[Any]:
     """Per-row values of a numeric list column; the type of a row depends only on the schema.
 
-    Each row is a 1-D tensor of the schema's value type (``list<int64>`` -> ``torch.int64``,
-    never promoted to float by a null elsewhere in the row group); a null row is ``None``; a
-    row holding null elements cannot be a tensor and comes as a Python list with ``None`` at
-    the nulls (integers exact).
+    * element field not nullable (``pa.list_(pa.field("item", pa.int64(), nullable=False))``):
+      a row is a 1-D tensor of the value type (``int64`` -> ``torch.int64``, exact);
+    * element field nullable (pyarrow's default for ``pa.list_(pa.int64())``): a row is
+      ``{"values": tensor, "valid": bool tensor}`` of the row's length, ``values`` in the
+      value type with 0 where ``valid`` is False, whether or not this row group holds a null;
+    * a null row (the list itself null) is ``None``.
+
+    Raises:
+        DecodeError: The element field is declared not nullable yet holds a null.
     """
+    if not len(array):
+        return []
     dtype = np.dtype(array.type.value_type.to_pandas_dtype())
-    flat = array.flatten()
-    if array.null_count == 0 and flat.null_count == 0 and len(array):
-        lengths = array.value_lengths().to_numpy(zero_copy_only=False)
-        if (lengths == lengths[0]).all():
-            values = flat.to_numpy(zero_copy_only=False).astype(dtype, copy=False).reshape(len(array), -1)
-            return [torch.from_numpy(row.copy()) for row in values]
+    nullable_elements = array.type.value_field.nullable
+    flat = array.flatten()  # the valid rows' elements only, slicing offsets applied
+    if flat.null_count and not nullable_elements:
+        raise DecodeError(f"list column of {array.type} declares its elements not nullable yet holds "
+                          f"{flat.null_count} null elements")
+    valid = flat.is_valid().to_numpy(zero_copy_only=False)
+    values = (flat.fill_null(0) if flat.null_count else flat).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    lengths = pc.list_value_length(array).fill_null(0).to_numpy(zero_copy_only=False)
+    bounds = np.cumsum(lengths)[:-1]
     rows: list[Any] = []
-    for row in array:
-        if not row.is_valid:
+    for row_valid, row_values, row_mask in zip(array.is_valid().to_numpy(zero_copy_only=False),
+                                               np.split(values, bounds), np.split(valid, bounds), strict=True):
+        if not row_valid:
             rows.append(None)
-        elif row.values.null_count:
-            rows.append(row.values.to_pylist())
+        elif nullable_elements:
+            rows.append({"values": torch.from_numpy(row_values.copy()), "valid": torch.from_numpy(row_mask.copy())})
         else:
-            rows.append(torch.from_numpy(row.values.to_numpy(zero_copy_only=False).astype(dtype, copy=True)))
+            rows.append(torch.from_numpy(row_values.copy()))
     return rows
 
 
 def _column_values(column: pa.ChunkedArray) -> Sequence[Any]:
     """Per-row values of a column: tensors for numeric lists (see :func:`_numeric_list_rows`), else Python values.
+
+    The type of each value depends only on ``column.type`` (see the module docstring).
 
     Scalar numbers are Python ``int``/``float``/``bool`` with ``None`` for nulls, whatever the
     rest of the row group holds.
