@@ -301,7 +301,7 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
         ManifestError: Unknown layout or nothing to read.
         BackendError: The listing failed (unreachable endpoint, missing bucket ...).
     """
-    objects = source.list_objects(exclude=tuple(config.exclude))
+    objects = source.list_objects(exclude=tuple(config.exclude), spill_dir=os.path.expanduser(config.cache_dir))
     if len(objects) == 0:
         unreadable = f"; {len(objects.unreadable)} skipped: {objects.unreadable}" if objects.unreadable else ""
         raise ManifestError(f"the prefix holds no objects{unreadable}", tier="cold", url=source.url)
