@@ -150,8 +150,9 @@ def _startup_table(report: dict[str, Any]) -> list[str]:
                      + (f", first sample {start['first_sample_s']:.2f} s" if start.get("first_sample_s") else "")
                      + f"; main RSS {start['rss_before_mb']:.0f} MB before, peak {start['peak_rss_main_mb']:.0f} MB")
         for name, step in start["steps"].items():
+            anon = f" (anon {step['anon_after_mb']:.0f})" if "anon_after_mb" in step else ""
             lines.append(f"  {name:<30} {step['seconds']:8.2f} s  CPU {step.get('cpu_s', 0.0):7.2f} s  "
-                         f"RSS after {step['rss_after_mb']:6.0f} MB")
+                         f"RSS after {step['rss_after_mb']:6.0f} MB{anon}")
         if start.get("steps_not_seen"):
             lines.append(f"  not seen: {', '.join(start['steps_not_seen'])}")
         if "reports" in result:

@@ -56,6 +56,7 @@ class StepClock:
     def __init__(self) -> None:
         self.steps: dict[str, dict[str, float]] = {}
         self.missing: list[str] = []
+        self.peak_anon_mb: float | None = None  # the largest RssAnon after a step (MB)
         self._undo: list[tuple[Any, str, Any]] = []
         self._process = psutil.Process()
 
@@ -90,6 +91,10 @@ class StepClock:
         step["seconds"] += seconds
         step["cpu_s"] += cpu_s
         step["rss_after_mb"] = self._process.memory_info().rss / 1e6
+        anon = _status_mb("RssAnon")
+        if anon is not None:
+            step["anon_after_mb"] = anon
+            self.peak_anon_mb = max(self.peak_anon_mb or 0.0, anon)
 
     def __enter__(self) -> "StepClock":
         for step in STEPS:
@@ -127,10 +132,28 @@ def _start(setup: dict[str, Any], config, first_sample: bool) -> tuple[Any, dict
             next(iterator)
             first = time.perf_counter() - started_first
             getattr(iterator, "close", lambda: None)()  # a generator: closing it closes its stream
-        peak = watch.mark()["peak_rss_main_mb"]
+        sampled = watch.mark()["peak_rss_main_mb"]
+    high_water = _status_mb("VmHWM")
     return dataset, {"keys": dataset.manifest.num_samples, "construct_s": constructed, "first_sample_s": first,
                      "steps": clock.steps, "steps_not_seen": clock.missing, "rss_before_mb": rss_before,
-                     "peak_rss_main_mb": peak, "rss_end_mb": psutil.Process().memory_info().rss / 1e6}
+                     "peak_rss_main_mb": max(sampled, high_water or 0.0), "peak_rss_sampled_mb": sampled,
+                     "peak_rss_anon_mb": clock.peak_anon_mb,
+                     "rss_end_mb": psutil.Process().memory_info().rss / 1e6}
+
+
+def _status_mb(field: str) -> float | None:
+    """A ``kB`` field of ``/proc/self/status`` in MB (None where there is none): ``VmHWM`` is the
+    kernel's own peak RSS of the process (no sample can miss it), ``RssAnon`` the part of the RSS
+    that is not file pages (a mapped file's pages count in RSS once read, and the kernel can
+    drop them at any time)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return None
 
 
 def _shutdown(config) -> None:
