@@ -1,7 +1,8 @@
 """A cold-tier listing as columns: URLs, sizes and versions in Arrow/numpy arrays.
 
 A listing of millions of objects must not cost a Python object per object: pages are turned
-into Arrow arrays as they arrive and only the arrays are kept. S3 is listed with
+into Arrow arrays as they arrive and only the arrays are kept (an S3 listing's are written to
+disk page by page and read back memory-mapped: :mod:`tierload.stores.listing_spill`). S3 is listed with
 ListObjectsV2 through s3fs's client; ``file://`` by walking with ``os.scandir``; any other
 fsspec store through its ``find``.
 
