@@ -232,6 +232,8 @@ def test_small_workload_smoke(workload, tmp_path):
     if workload == "startup":
         assert result["startup"]["keys"] == options.startup_keys and not result["startup"]["steps_not_seen"]
         assert {r["epoch"] for r in result["worker_memory"]["reports"]} == {0, 1}
+        assert result["baseline"]["ok"] and 0 < result["baseline"]["peak_rss_main_mb"]  # torch + DataLoader alone
+        assert all(step["cpu_s"] >= 0 for step in result["startup"]["steps"].values())
     assert {check["target"] for check in result["targets"]} and paths["txt"].read_text()
 
 

@@ -131,3 +131,51 @@ def test_local_reads_check_the_listed_version_and_read_ranges(tmp_path):
         source.read(a.url, a.version, 0, 10)
     with pytest.raises(SourceNotFoundError):
         source.read(f"file://{root}/gone.bin", "1.0-1", 0, 1)
+
+
+def _mapped_from(address: int) -> str:
+    """The /proc/self/maps line of the mapping that holds ``address`` ('' when none)."""
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        for line in maps:
+            low, high = (int(part, 16) for part in line.split()[0].split("-"))
+            if low <= address < high:
+                return line
+    return ""
+
+
+def test_s3_pages_are_spilled_to_disk_and_the_listing_is_mapped(s3, bucket, tmp_path):
+    """Pages go to files in spill_dir as they arrive; the sorted columns are mapped files, removed once mapped."""
+    name, fs = bucket
+    objects = {f"big/{folder}/{i:05d}.bin": b"v" * (i % 5) for folder in ("c", "a", "b") for i in range(1100)}
+    fs.pipe({f"{name}/{key}": body for key, body in objects.items()})
+    fs.invalidate_cache()
+    spill = tmp_path / "spill"
+    listing = cold(s3, f"s3://{name}/big").list_objects(spill_dir=str(spill))
+    assert_columns(listing)
+    assert listing.urls.to_pylist() == sorted(f"s3://{name}/{key}" for key in objects)
+    assert listing.sizes.tolist() == [len(objects[url.split("/", 3)[3]]) for url in listing.urls.to_pylist()]
+    for column in (listing.urls, listing.versions):
+        for buffer in column.buffers()[1:]:
+            line = _mapped_from(buffer.address)
+            assert str(spill) in line and line.rstrip().endswith("(deleted)"), line  # mapped, file removed
+    assert not listing.sizes.flags.writeable and str(spill) in _mapped_from(listing.sizes.ctypes.data)
+    assert os.listdir(spill) == []  # nothing left behind
+    with pytest.raises(Exception):  # noqa: B017 - any typed error; what matters is what is left behind
+        cold(s3, "s3://no-such-bucket-here/x").list_objects(spill_dir=str(spill))
+    assert os.listdir(spill) == []
+
+
+def test_spilled_pages_that_overlap_are_sorted_in_memory(tmp_path):
+    from tierload.stores.listing_spill import SpilledPages
+
+    pages = SpilledPages(str(tmp_path))
+    for urls in (["s3://b/c/1", "s3://b/c/2"], ["s3://b/a/x", "s3://b/c/15"], ["s3://b/b/é", "s3://b/b/z"]):
+        pages.add(pa.array(urls, pa.large_string()), np.arange(len(urls), dtype=np.int64),
+                  pa.array([f'"{u[-1]}"' for u in urls], pa.large_string()), urls[0], urls[-1], True)
+    assert pages.sorted_pages() is None  # the second page overlaps the first
+    listing = ObjectListing.from_spill(pages)
+    assert listing.urls.to_pylist() == ["s3://b/a/x", "s3://b/b/z", "s3://b/b/é", "s3://b/c/1", "s3://b/c/15",
+                                        "s3://b/c/2"]
+    assert listing.sizes.tolist() == [0, 1, 0, 0, 1, 1] and os.listdir(tmp_path) == []
+    empty = SpilledPages(str(tmp_path))
+    assert len(ObjectListing.from_spill(empty)) == 0 and os.listdir(tmp_path) == []

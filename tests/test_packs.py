@@ -232,3 +232,39 @@ def test_mixed_packs_hold_many_classes_and_listing_packs_one():
     again = plan_objects("file:///d", objects, pack_order="mixed", **kwargs)
     first = plan_objects("file:///d", objects, pack_order="mixed", **kwargs)
     assert [b.key for b in again.blocks] == [b.key for b in first.blocks]  # the same listing, the same packs
+
+
+def test_mixed_packs_refer_to_listing_rows_and_the_file_holds_the_listing_once(tmp_path):
+    """pack_order mixed: members are rows of the one listing (no reordered copy), in memory and mapped."""
+    import numpy as np
+
+    from tierload.layouts.objects import plan_objects
+    from tierload.manifest import Manifest, open_manifest, save_manifest
+    from tierload.packs import ListedMembers, mixing_order
+
+    objects = [ObjectInfo(f"s3://b/d/{i % 4}/o{i:05d}", 0 if i == 11 else 50 + i % 90, f'"e{i}"') for i in range(4000)]
+    objects.insert(2000, ObjectInfo("s3://b/d/big", 5000, '"big"'))
+    listing_order = sorted(objects, key=lambda o: o.url)
+    plan = plan_objects("s3://b/d", listing_order, extensions=None, skip_empty=False, pack_threshold_bytes=1000,
+                        pack_target_bytes=8_000, pack_order="mixed")
+    packs = [b.members for b in plan.blocks if b.members is not None]
+    assert len(packs) >= 20 and all(isinstance(m, ListedMembers) for m in packs)
+    assert len({id(m.listing) for m in packs}) == 1  # one listing shared by every pack
+    order = mixing_order(np.array([o.size for o in listing_order], np.int64), 1000)
+    expected = [listing_order[row] for row in order.tolist()]  # samples in the mixing order
+    rows = [row for block in plan.blocks for row in (block.members.rows() if block.members is not None
+                                                     else [(block.url, block.version, block.length)])]
+    assert rows == [(o.url, o.version, o.size) for o in expected]
+    built = Manifest("s3://b/d", "files", plan.blocks, plan.sample_block, plan.sample_index, plan.labels,
+                     plan.classes)
+    save_manifest(built, tmp_path / "m.arrow")
+    opened = open_manifest(tmp_path / "m.arrow")
+    assert opened.blocks == built.blocks and opened.dataset_id == built.dataset_id
+    shared = next(b.members for b in opened.blocks if b.members is not None)
+    assert isinstance(shared, ListedMembers) and shared.listing.urls.to_pylist() == [o.url for o in listing_order]
+    neighbours = plan_objects("s3://b/d", listing_order, extensions=None, skip_empty=False,
+                              pack_threshold_bytes=1000, pack_target_bytes=8_000, pack_order="listing")
+    save_manifest(Manifest("s3://b/d", "files", neighbours.blocks, neighbours.sample_block, neighbours.sample_index,
+                           neighbours.labels, neighbours.classes), tmp_path / "n.arrow")
+    second_copy = sum(len(o.url) + len(o.version) for o in objects)  # what a reordered copy would add
+    assert os.path.getsize(tmp_path / "m.arrow") < os.path.getsize(tmp_path / "n.arrow") + second_copy / 4

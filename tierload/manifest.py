@@ -28,12 +28,13 @@ from tierload.config import ManifestConfig
 from tierload.errors import ManifestError
 from tierload.layouts.base import BlockDecoder
 from tierload.layouts.registry import LAYOUTS, layout_spec
-from tierload.packs import PackIndex, PackMembers
+from tierload.packs import ListedMembers, PackIndex, PackMembers
 from tierload.stores.cold import ColdSource, ObjectListing
 from tierload.stores.listing import release_freed_memory
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 2
+# 3: pack members are rows of one member listing (member_id), not a reordered copy of it
+FORMAT_VERSION = 3
 
 
 def _encode_array(array: np.ndarray) -> dict[str, str]:
@@ -162,16 +163,35 @@ def _joined(slices: list[pa.Array]) -> pa.Array:
     return pa.concat_arrays([s.cast(strings) for s in slices])
 
 
+def _member_columns(members: list[PackMembers]) -> tuple[PackMembers, np.ndarray]:
+    """The listing that ``members`` refer to, and their rows in it (concatenated, pack order).
+
+    Packs planned out of listing order share one listing (:class:`~tierload.packs.ListedMembers`):
+    it is written once, as it is, with each member's row. Others are written as their
+    concatenation, row ``i`` being member ``i``.
+    """
+    listings = {id(m.listing): m.listing for m in members if isinstance(m, ListedMembers)}
+    if members and len(listings) == 1 and all(isinstance(m, ListedMembers) for m in members):
+        ids = np.concatenate([m.ids for m in members if isinstance(m, ListedMembers)])
+        return next(iter(listings.values())), ids
+    joined = PackMembers(_joined([m.urls for m in members]), _joined([m.versions for m in members]),
+                         np.concatenate([m.sizes for m in members] or [np.zeros(0, np.int64)]))
+    count = len(joined.sizes)
+    return joined, np.arange(count, dtype=np.int32 if count < 2**31 else np.int64)
+
+
 def save_manifest(manifest: Manifest, path: Path) -> None:
     """Write ``manifest`` as an Arrow IPC file (one row; every column a list), atomically.
 
     The file is what :func:`open_manifest` maps: sample arrays and pack members are read from it
-    in place, never parsed.
+    in place, never parsed. Pack members are rows of one member listing (``member_*``):
+    ``member_id`` (int32) gives each pack's rows, packs ``pack_first`` apart.
     """
     packs = [index for index, block in enumerate(manifest.blocks) if block.members is not None]
-    members = [manifest.blocks[index].members for index in packs]
+    members = [member for member in (manifest.blocks[index].members for index in packs) if member is not None]
     pack_first = np.zeros(len(packs) + 1, dtype=np.int64)
-    np.cumsum([len(m) for m in members if m is not None], out=pack_first[1:])
+    np.cumsum([len(m) for m in members], out=pack_first[1:])
+    listing, member_ids = _member_columns(members)
     strings = pa.large_string()
     columns = {
         "sample_block": pa.array(manifest.sample_block, pa.int32()),
@@ -184,10 +204,10 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
         "block_length": pa.array([b.length for b in manifest.blocks], pa.int64()),
         "pack_block": pa.array(packs, pa.int64()),
         "pack_first": pa.array(pack_first, pa.int64()),
-        "member_url": _joined([m.urls for m in members if m is not None]),
-        "member_version": _joined([m.versions for m in members if m is not None]),
-        "member_size": pa.array(np.concatenate([m.sizes for m in members if m is not None] or
-                                               [np.zeros(0, np.int64)]), pa.int64()),
+        "member_id": pa.array(member_ids),
+        "member_url": listing.urls.cast(strings),
+        "member_version": listing.versions.cast(strings),
+        "member_size": pa.array(listing.sizes, pa.int64()),
     }
     meta = {"format": FORMAT_VERSION, "url": manifest.url, "layout": manifest.layout,
             "created_at": manifest.created_at, "classes": manifest.classes, "extra": manifest.extra,
@@ -229,9 +249,9 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
     def numbers(name: str) -> np.ndarray:
         return column(name).to_numpy(zero_copy_only=True)
 
-    urls, versions, sizes = column("member_url"), column("member_version"), numbers("member_size")
-    pack_first = numbers("pack_first")
-    packs = {int(block): PackMembers(urls.slice(lo, hi - lo), versions.slice(lo, hi - lo), sizes[lo:hi])
+    listing = PackMembers(column("member_url"), column("member_version"), numbers("member_size"))
+    member_ids, pack_first = numbers("member_id"), numbers("pack_first")
+    packs = {int(block): ListedMembers(listing, member_ids[lo:hi])
              for block, lo, hi in zip(numbers("pack_block").tolist(), pack_first[:-1].tolist(),
                                       pack_first[1:].tolist(), strict=True)}
     rows = zip(column("block_key").to_pylist(), column("block_url").to_pylist(), column("block_version").to_pylist(),
@@ -242,19 +262,30 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
                     extra=meta["extra"], skipped=meta["skipped"], created_at=meta["created_at"])
 
 
+# URLs lower-cased at once by detect_layout (bounds its transient memory).
+_DETECT_WINDOW = 65536
+
+
 def detect_layout(objects: ObjectListing, config: ManifestConfig) -> str:
     """Pick the layout from what the listing holds (``manifest.layout: auto``)."""
-    names = pc.utf8_lower(objects.urls.filter(pa.array(objects.sizes > 0)))
-
-    def every(suffix: str) -> bool:
-        return bool(pc.all(pc.ends_with(names, suffix)).as_py())
-
+    suffixes = [spec.suffix for spec in LAYOUTS.values() if spec.suffix is not None]
+    every = dict.fromkeys(suffixes, True)
+    nonempty = False
+    extension = False
+    # A window of URLs at a time: lower-casing the whole listing at once would copy every URL.
+    for lo in range(0, len(objects), _DETECT_WINDOW):
+        sizes = objects.sizes[lo:lo + _DETECT_WINDOW]
+        names = pc.utf8_lower(objects.urls.slice(lo, len(sizes)).filter(pa.array(sizes > 0)))
+        if not len(names):
+            continue
+        nonempty = True
+        for suffix in suffixes:
+            every[suffix] = every[suffix] and bool(pc.all(pc.ends_with(names, suffix)).as_py())
+        extension = extension or any(bool(pc.any(pc.ends_with(names, e)).as_py()) for e in config.extensions)
     for spec in LAYOUTS.values():
-        if len(names) and spec.suffix is not None and every(spec.suffix):
+        if nonempty and spec.suffix is not None and every[spec.suffix]:
             return spec.name
-    if any(bool(pc.any(pc.ends_with(names, extension)).as_py()) for extension in config.extensions):
-        return "imagefolder"
-    return "files"
+    return "imagefolder" if extension else "files"
 
 
 def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | None = None) -> Manifest:
@@ -270,7 +301,7 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
         ManifestError: Unknown layout or nothing to read.
         BackendError: The listing failed (unreachable endpoint, missing bucket ...).
     """
-    objects = source.list_objects(exclude=tuple(config.exclude))
+    objects = source.list_objects(exclude=tuple(config.exclude), spill_dir=os.path.expanduser(config.cache_dir))
     if len(objects) == 0:
         unreadable = f"; {len(objects.unreadable)} skipped: {objects.unreadable}" if objects.unreadable else ""
         raise ManifestError(f"the prefix holds no objects{unreadable}", tier="cold", url=source.url)

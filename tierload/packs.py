@@ -122,12 +122,52 @@ class PackMembers:
         return block_key(self.first_url, self.digest(), 0, self.total_bytes)
 
 
+class ListedMembers(PackMembers):
+    """A pack's members as rows of a listing shared by many packs (no copy of their strings).
+
+    A planner that packs objects out of listing order (``manifest.pack_order: mixed``) and a
+    mapped manifest hold one listing and, per pack, its member ids: the columns are gathered
+    when asked for (a pack's fetch, a pickle), so a million members cost 4 bytes each, not a
+    second copy of every URL and version.
+
+    Args:
+        listing: The shared columns (a :class:`PackMembers` of every listed object).
+        ids: int32 or int64 (members,): the members' rows in ``listing``, in pack order.
+    """
+
+    listing: PackMembers
+    ids: np.ndarray
+
+    def __init__(self, listing: PackMembers, ids: np.ndarray) -> None:  # noqa: D107 - see the class
+        object.__setattr__(self, "listing", listing)
+        object.__setattr__(self, "ids", ids)
+
+    @property
+    def urls(self) -> pa.Array:
+        return self.listing.urls.take(pa.array(self.ids))
+
+    @property
+    def versions(self) -> pa.Array:
+        return self.listing.versions.take(pa.array(self.ids))
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.listing.sizes[self.ids]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def first_url(self) -> str:
+        return str(self.listing.urls[int(self.ids[0])].as_py())
+
+
 # Members whose digest lines are built at once by pack_digests (bounds its transient memory).
 _DIGEST_WINDOW = 65536
 
 
 def pack_digests(urls: pa.Array, versions: pa.Array, sizes: np.ndarray, starts: np.ndarray,
-                 stops: np.ndarray) -> list[str]:
+                 stops: np.ndarray, order: np.ndarray | None = None) -> list[str]:
     """The :meth:`PackMembers.digest` of many packs of one listing, without a Python row per member.
 
     Each digest hashes ``f"{url}\\x00{version}\\x00{size}\\n"`` of every member in order; the
@@ -137,6 +177,8 @@ def pack_digests(urls: pa.Array, versions: pa.Array, sizes: np.ndarray, starts: 
         urls, versions: Arrow string arrays (objects,) of the listing.
         sizes: int64 (objects,): sizes in bytes.
         starts, stops: int64 (packs,): each pack's member range, increasing and disjoint.
+        order: int64 (objects,): packs are ranges of ``order`` (rows of the listing) rather than of
+            the listing itself; gathered a window at a time.
 
     Returns:
         ``pack-<hex>`` per pack, in order.
@@ -147,9 +189,16 @@ def pack_digests(urls: pa.Array, versions: pa.Array, sizes: np.ndarray, starts: 
         lo = int(starts[begin])
         end = max(begin + 1, int(np.searchsorted(stops, lo + _DIGEST_WINDOW, side="right")))
         hi = int(stops[end - 1])
+        if order is None:
+            window_urls, window_versions = urls.slice(lo, hi - lo), versions.slice(lo, hi - lo)
+            window_sizes = sizes[lo:hi]
+        else:
+            rows = order[lo:hi]
+            window_urls, window_versions = urls.take(pa.array(rows)), versions.take(pa.array(rows))
+            window_sizes = sizes[rows]
         lines = pc.binary_join_element_wise(
-            urls.slice(lo, hi - lo).cast(pa.large_string()), versions.slice(lo, hi - lo).cast(pa.large_string()),
-            pa.array(sizes[lo:hi], pa.int64()).cast(pa.large_string()), pa.scalar("\x00", pa.large_string()))
+            window_urls.cast(pa.large_string()), window_versions.cast(pa.large_string()),
+            pa.array(window_sizes, pa.int64()).cast(pa.large_string()), pa.scalar("\x00", pa.large_string()))
         strings = pa.large_string()
         lines = pc.binary_join_element_wise(lines, pa.scalar("", strings), pa.scalar("\n", strings))
         offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset:lines.offset + len(lines) + 1]

@@ -22,7 +22,7 @@ from PIL import Image
 from tierload.blocks import Block
 from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
-from tierload.packs import PackIndex, PackMembers, cut_runs, mixing_order, pack_digests
+from tierload.packs import ListedMembers, PackIndex, PackMembers, cut_runs, mixing_order, pack_digests
 from tierload.stores.listing import ObjectInfo, ObjectListing
 
 log = logging.getLogger(__name__)
@@ -113,14 +113,20 @@ def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo],
     if not isinstance(objects, ObjectListing):
         objects = ObjectListing.of(objects)
     kept, skipped = _kept(prefix_url, objects, extensions, skip_empty)
-    if pack_target_bytes > 0 and pack_order == "mixed":
-        kept = kept.take(mixing_order(kept.sizes, pack_threshold_bytes))
     labels, class_names = _labels(prefix_url, kept.urls)
-    bounds = cut_runs(kept.sizes, pack_threshold_bytes, pack_target_bytes)
+    order = None
+    sizes = kept.sizes
+    if pack_target_bytes > 0 and pack_order == "mixed":
+        # Samples follow the mixing order, the listing stays as it is: packs refer to its rows
+        # (int32 ids), so the URLs and versions are never copied into a second, reordered listing.
+        order = mixing_order(kept.sizes, pack_threshold_bytes)
+        labels, sizes = labels[order], kept.sizes[order]
+    bounds = cut_runs(sizes, pack_threshold_bytes, pack_target_bytes)
+    del sizes
     lengths = np.diff(bounds)
     first = np.repeat(bounds[:-1], lengths)
     return LayoutPlan(
-        blocks=_blocks(kept, bounds),
+        blocks=_blocks(kept, bounds, order),
         sample_block=np.repeat(np.arange(len(lengths), dtype=np.int32), lengths),
         sample_index=(np.arange(len(kept), dtype=np.int64) - first).astype(np.int32),
         labels=labels,
@@ -129,21 +135,31 @@ def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo],
     )
 
 
-def _blocks(kept: ObjectListing, bounds: np.ndarray) -> list[Block]:
-    """A block per run: plain for one object, a pack (members sliced from the listing) for several."""
+def _blocks(kept: ObjectListing, bounds: np.ndarray, order: np.ndarray | None = None) -> list[Block]:
+    """A block per run: plain for one object, a pack for several.
+
+    Runs are ranges of ``order`` (rows of ``kept``) when given, else of ``kept`` itself. A pack's
+    members are then its rows of the listing (:class:`~tierload.packs.ListedMembers`), else a
+    slice of it: either way no string is copied.
+    """
     starts, stops = bounds[:-1], bounds[1:]
     single = (stops - starts) == 1
-    at = pa.array(starts[single])
+    rows = starts[single] if order is None else order[starts[single]]
+    at = pa.array(rows)
     plain = map(Block.of, kept.urls.take(at).to_pylist(), kept.versions.take(at).to_pylist(),
-                itertools.repeat(0), kept.sizes[starts[single]].tolist())
-    digests = iter(pack_digests(kept.urls, kept.versions, kept.sizes, starts[~single], stops[~single]))
+                itertools.repeat(0), kept.sizes[rows].tolist())
+    digests = iter(pack_digests(kept.urls, kept.versions, kept.sizes, starts[~single], stops[~single], order))
+    listing = PackMembers(kept.urls, kept.versions, kept.sizes)
+    ids = None if order is None else order.astype(np.int32 if len(order) < 2**31 else np.int64)
     blocks = []
     for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
         if hi - lo == 1:
             blocks.append(next(plain))
-        else:
+        elif ids is None:
             members = PackMembers(kept.urls.slice(lo, hi - lo), kept.versions.slice(lo, hi - lo), kept.sizes[lo:hi])
             blocks.append(Block.pack(members, next(digests)))
+        else:
+            blocks.append(Block.pack(ListedMembers(listing, ids[lo:hi]), next(digests)))
     return blocks
 
 

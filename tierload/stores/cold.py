@@ -144,7 +144,7 @@ class ColdSource:
             return str(etag)
         return f"{info.get('mtime') or info.get('LastModified') or info.get('created', '')}-{info.get('size')}"
 
-    def list_objects(self, exclude: tuple[str, ...] = ()) -> ObjectListing:
+    def list_objects(self, exclude: tuple[str, ...] = (), spill_dir: str | None = None) -> ObjectListing:
         """List every object under the prefix, as columns (see :mod:`tierload.stores.listing`).
 
         S3 is listed with ListObjectsV2 (its folders concurrently), ``file://`` with
@@ -152,25 +152,31 @@ class ColdSource:
         ``/``) and base names in ``exclude`` are skipped; the order is sorted by URL. A prefix
         that names one object lists as that object.
 
+        Args:
+            exclude: Base names to skip.
+            spill_dir: Where an S3 listing's pages are written as they arrive (a temporary
+                directory inside it, removed before returning; see
+                :mod:`tierload.stores.listing_spill`); None: the system's temporary directory.
+
         Raises:
             EndpointUnreachableError, BucketNotFoundError, SourceNotFoundError, BackendError.
         """
         root = self._strip(self.url)
 
         def listing() -> ObjectListing:
-            found = self._list(root, exclude)
+            found = self._list(root, exclude, spill_dir)
             if len(found) == 0 and self.protocol not in ("file", "local"):
                 found = self._list_empty(root, exclude)
             return found
 
         return self._with_retries(self.url, listing)
 
-    def _list(self, root: str, exclude: tuple[str, ...]) -> ObjectListing:
+    def _list(self, root: str, exclude: tuple[str, ...], spill_dir: str | None = None) -> ObjectListing:
         fs = self.fs
         if self.protocol in ("s3", "s3a") and not getattr(fs, "version_aware", False):
             from fsspec.asyn import sync
 
-            return sync(fs.loop, list_s3, fs, self.protocol, root, exclude)
+            return sync(fs.loop, list_s3, fs, self.protocol, root, exclude, spill_dir=spill_dir)
         if self.protocol in ("file", "local"):
             return list_local(root, "file", exclude)
         return list_fsspec(fs, root, self.protocol, self._version, exclude)

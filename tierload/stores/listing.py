@@ -1,7 +1,8 @@
 """A cold-tier listing as columns: URLs, sizes and versions in Arrow/numpy arrays.
 
 A listing of millions of objects must not cost a Python object per object: pages are turned
-into Arrow arrays as they arrive and only the arrays are kept. S3 is listed with
+into Arrow arrays as they arrive and only the arrays are kept (an S3 listing's are written to
+disk page by page and read back memory-mapped: :mod:`tierload.stores.listing_spill`). S3 is listed with
 ListObjectsV2 through s3fs's client; ``file://`` by walking with ``os.scandir``; any other
 fsspec store through its ``find``.
 
@@ -26,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tierload.stores.listing_spill import SpilledPages
 from tierload.stores.local import TIER_MARKER
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,23 @@ class ObjectListing(Sequence[ObjectInfo]):
         release_freed_memory()  # the pages' columns
         return listing
 
+    @classmethod
+    def from_spill(cls, spill: SpilledPages) -> "ObjectListing":
+        """The pages of ``spill`` (already filtered) as one sorted listing; removes its files.
+
+        Pages that are each sorted and do not overlap are copied in order into memory-mapped
+        columns (see :mod:`tierload.stores.listing_spill`); others are sorted in memory.
+        """
+        if not len(spill):
+            spill.discard()
+            return cls(pa.array([], _STRINGS), np.zeros(0, np.int64), pa.array([], _STRINGS))
+        order = spill.sorted_pages()
+        listing = cls(*spill.columns(order))
+        if order is None:
+            listing = listing.take(pc.sort_indices(listing.urls).to_numpy(zero_copy_only=False))  # UTF-8 = sorted()
+        release_freed_memory()
+        return listing
+
     def take(self, indices: np.ndarray) -> "ObjectListing":
         """The objects at ``indices`` (int64), in that order."""
         positions = pa.array(indices, pa.int64())
@@ -257,9 +276,9 @@ def _fast_timestamps(client: Any) -> None:
         factory.set_parser_defaults(timestamp_parser=_timestamp)
 
 
-async def _list_pages(fs: Any, bucket: str, prefix: str, delimiter: str, url_base: str,
-                      pages: list[_Page]) -> list[str]:
-    """Append every page of one prefix to ``pages``; return the folders (common prefixes) named."""
+async def _list_pages(fs: Any, bucket: str, prefix: str, delimiter: str, url_base: str, pages: SpilledPages,
+                      exclude: Sequence[str]) -> list[str]:
+    """Write every page of one prefix to ``pages`` (filtered); return the folders (common prefixes) named."""
     request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, **fs.req_kw}
     if delimiter:
         request["Delimiter"] = delimiter
@@ -267,10 +286,14 @@ async def _list_pages(fs: Any, bucket: str, prefix: str, delimiter: str, url_bas
     while True:
         reply = await fs._call_s3("list_objects_v2", **request)
         contents = reply.get("Contents", [])
-        pages.append(_Page([url_base + entry["Key"] for entry in contents],
-                           [int(entry.get("Size") or 0) for entry in contents],
-                           [str(entry.get("ETag") or f"{entry.get('LastModified', '')}-{entry.get('Size')}")
-                            for entry in contents]))
+        page = _filtered(_Page([url_base + entry["Key"] for entry in contents],
+                               [int(entry.get("Size") or 0) for entry in contents],
+                               [str(entry.get("ETag") or f"{entry.get('LastModified', '')}-{entry.get('Size')}")
+                                for entry in contents]), exclude)
+        reply.pop("Contents", None)  # the parsed page: only its columns go on, to disk
+        del contents
+        if len(page.sizes):
+            pages.add(page.urls, page.sizes, page.versions, page.first, page.last, page.in_order)
         folders.extend(folder["Prefix"] for folder in reply.get("CommonPrefixes", []))
         if not reply.get("IsTruncated"):
             return folders
@@ -278,29 +301,40 @@ async def _list_pages(fs: Any, bucket: str, prefix: str, delimiter: str, url_bas
 
 
 async def list_s3(fs: Any, protocol: str, root: str, exclude: Sequence[str] = (),
-                  in_flight: int = FOLDERS_IN_FLIGHT) -> ObjectListing:
+                  in_flight: int = FOLDERS_IN_FLIGHT, spill_dir: str | None = None) -> ObjectListing:
     """List ``root`` (``bucket/prefix``, no protocol) with ListObjectsV2 through s3fs's client.
 
     Runs on s3fs's event loop. The prefix is listed with delimiter ``/``, then each folder it
-    names recursively, ``in_flight`` folders at once (see the module docstring).
+    names recursively, ``in_flight`` folders at once (see the module docstring). Each page is
+    written to disk as it arrives and the listing's columns are memory-mapped
+    (:mod:`tierload.stores.listing_spill`).
+
+    Args:
+        spill_dir: Where the pages are written (a temporary directory inside it, removed before
+            returning); None: the system's temporary directory.
 
     Raises:
         The client's errors, untranslated (the caller translates them in one place).
+        OSError: ``spill_dir`` cannot be written.
     """
     bucket, _, key = root.partition("/")
     prefix = f"{key.rstrip('/')}/" if key else ""
     url_base = f"{protocol}://{bucket}/"
     _fast_timestamps(await fs.set_session())
-    pages: list[_Page] = []
-    folders = await _list_pages(fs, bucket, prefix, "/", url_base, pages)
-    gate = asyncio.Semaphore(max(1, in_flight))
+    pages = SpilledPages(spill_dir)
+    try:
+        folders = await _list_pages(fs, bucket, prefix, "/", url_base, pages, exclude)
+        gate = asyncio.Semaphore(max(1, in_flight))
 
-    async def list_folder(folder: str) -> None:
-        async with gate:
-            await _list_pages(fs, bucket, folder, "", url_base, pages)
+        async def list_folder(folder: str) -> None:
+            async with gate:
+                await _list_pages(fs, bucket, folder, "", url_base, pages, exclude)
 
-    await asyncio.gather(*(list_folder(folder) for folder in folders))
-    return ObjectListing.from_pages(pages, exclude)
+        await asyncio.gather(*(list_folder(folder) for folder in folders))
+    except BaseException:
+        pages.discard()
+        raise
+    return ObjectListing.from_spill(pages)
 
 
 def list_local(root: str, protocol: str = "file", exclude: Sequence[str] = ()) -> ObjectListing:

@@ -71,9 +71,12 @@ def _startup_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         if seconds is not None:
             checks.append(_check("manifest build + registration + first plan, s", seconds, "< 10", seconds < 10,
                                  f"{result['keys']} keys; listing {result['steps']['list']['seconds']:.1f} s apart"))
+        floor = report.get("baseline", {})
+        above = (f"; {result['peak_rss_main_mb'] - floor['peak_rss_main_mb']:.0f} MB above a torch + plain "
+                 f"DataLoader process ({floor['peak_rss_main_mb']:.0f} MB)") if floor.get("ok") else ""
         checks.append(_check("main-process peak RSS over start-up, MB", result["peak_rss_main_mb"], "< 300",
                              result["peak_rss_main_mb"] < 300,
-                             f"{result['rss_before_mb']:.0f} MB before (Python, torch, tierload imported)"))
+                             f"{result['rss_before_mb']:.0f} MB before (Python, torch, tierload imported){above}"))
     memory = report.get("worker_memory", {})
     if memory.get("ok"):
         # The larger of the growth between epochs and within one (the epoch's order still held).
@@ -132,6 +135,10 @@ def _epoch_table(report: dict[str, Any]) -> list[str]:
 
 def _startup_table(report: dict[str, Any]) -> list[str]:
     lines = []
+    floor = report.get("baseline", {})
+    if floor.get("ok"):
+        lines.append(f"baseline: a process with torch imported iterating a plain DataLoader: peak RSS "
+                     f"{floor['peak_rss_main_mb']:.0f} MB")
     for title, result in (("start-up", report.get("startup")), ("worker memory", report.get("worker_memory"))):
         if not result:
             continue
@@ -143,7 +150,9 @@ def _startup_table(report: dict[str, Any]) -> list[str]:
                      + (f", first sample {start['first_sample_s']:.2f} s" if start.get("first_sample_s") else "")
                      + f"; main RSS {start['rss_before_mb']:.0f} MB before, peak {start['peak_rss_main_mb']:.0f} MB")
         for name, step in start["steps"].items():
-            lines.append(f"  {name:<30} {step['seconds']:8.2f} s  RSS after {step['rss_after_mb']:6.0f} MB")
+            anon = f" (anon {step['anon_after_mb']:.0f})" if "anon_after_mb" in step else ""
+            lines.append(f"  {name:<30} {step['seconds']:8.2f} s  CPU {step.get('cpu_s', 0.0):7.2f} s  "
+                         f"RSS after {step['rss_after_mb']:6.0f} MB{anon}")
         if start.get("steps_not_seen"):
             lines.append(f"  not seen: {', '.join(start['steps_not_seen'])}")
         if "reports" in result:

@@ -269,6 +269,7 @@ def _startup(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> 
         module = "tierload.bench.small.startup"
         report["dataset"] = {"url": f"s3://{STARTUP_BUCKET}/{SYNTHETIC_PREFIX}", "objects": options.startup_keys,
                              "bytes": options.startup_keys * options.startup_size}
+        report["baseline"] = runner.contender("baseline", {}, module=module)
         report["startup"] = runner.contender("startup", {"url": report["dataset"]["url"], "storage_options": storage},
                                              module=module)
         if options.memory_keys:

@@ -9,6 +9,8 @@ so the main process's memory is tierload's alone.
   looked up (listing, manifest build, manifest save, Ray and node cache, registration, the
   first plan), and records the process's RSS after each. A step whose function was renamed
   is reported as not seen; the totals stay measured.
+* :func:`baseline`: a process that imports torch and iterates a plain ``DataLoader``: the
+  memory a user pays before tierload (its peak RSS is the floor tierload's is read against).
 * :func:`worker_memory`: the same start-up at a larger key count, then a ``DataLoader`` with
   persistent workers walks the manifest for two epochs the way ``TieredDataset`` does per
   sample (this rank's order, the worker's positions, each sample's block and label) without
@@ -17,7 +19,7 @@ so the main process's memory is tierload's alone.
   the walk measures the mechanism the issue names (copy-on-read of per-sample Python
   objects in forked workers) at full scale.
 
-``python -m tierload.bench.small.startup startup|worker-memory SETUP_JSON RESULT_JSON``.
+``python -m tierload.bench.small.startup startup|worker-memory|baseline SETUP_JSON RESULT_JSON``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class StepClock:
     def __init__(self) -> None:
         self.steps: dict[str, dict[str, float]] = {}
         self.missing: list[str] = []
+        self.peak_anon_mb: float | None = None  # the largest RssAnon after a step (MB)
         self._undo: list[tuple[Any, str, Any]] = []
         self._process = psutil.Process()
 
@@ -71,20 +74,27 @@ class StepClock:
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             try:
                 return original(*args, **kwargs)
             finally:
-                clock.record(name, time.perf_counter() - started)
+                clock.record(name, time.perf_counter() - started, time.process_time() - cpu)
 
         setattr(owner, attribute, timed)
         self._undo.append((owner, attribute, original))
 
-    def record(self, name: str, seconds: float) -> None:
-        step = self.steps.setdefault(name, {"calls": 0, "seconds": 0.0})
+    def record(self, name: str, seconds: float, cpu_s: float = 0.0) -> None:
+        # cpu_s: this process's CPU seconds (all its threads) in the step; on a loaded machine
+        # wall seconds measure the machine, CPU seconds the step
+        step = self.steps.setdefault(name, {"calls": 0, "seconds": 0.0, "cpu_s": 0.0})
         step["calls"] += 1
         step["seconds"] += seconds
+        step["cpu_s"] += cpu_s
         step["rss_after_mb"] = self._process.memory_info().rss / 1e6
+        anon = _status_mb("RssAnon")
+        if anon is not None:
+            step["anon_after_mb"] = anon
+            self.peak_anon_mb = max(self.peak_anon_mb or 0.0, anon)
 
     def __enter__(self) -> "StepClock":
         for step in STEPS:
@@ -122,10 +132,28 @@ def _start(setup: dict[str, Any], config, first_sample: bool) -> tuple[Any, dict
             next(iterator)
             first = time.perf_counter() - started_first
             getattr(iterator, "close", lambda: None)()  # a generator: closing it closes its stream
-        peak = watch.mark()["peak_rss_main_mb"]
+        sampled = watch.mark()["peak_rss_main_mb"]
+    high_water = _status_mb("VmHWM")
     return dataset, {"keys": dataset.manifest.num_samples, "construct_s": constructed, "first_sample_s": first,
                      "steps": clock.steps, "steps_not_seen": clock.missing, "rss_before_mb": rss_before,
-                     "peak_rss_main_mb": peak, "rss_end_mb": psutil.Process().memory_info().rss / 1e6}
+                     "peak_rss_main_mb": max(sampled, high_water or 0.0), "peak_rss_sampled_mb": sampled,
+                     "peak_rss_anon_mb": clock.peak_anon_mb,
+                     "rss_end_mb": psutil.Process().memory_info().rss / 1e6}
+
+
+def _status_mb(field: str) -> float | None:
+    """A ``kB`` field of ``/proc/self/status`` in MB (None where there is none): ``VmHWM`` is the
+    kernel's own peak RSS of the process (no sample can miss it), ``RssAnon`` the part of the RSS
+    that is not file pages (a mapped file's pages count in RSS once read, and the kernel can
+    drop them at any time)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return None
 
 
 def _shutdown(config) -> None:
@@ -209,7 +237,23 @@ def worker_memory(setup: dict[str, Any]) -> dict[str, Any]:
         _shutdown(config)
 
 
-PHASES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"startup": startup, "worker-memory": worker_memory}
+def baseline(setup: dict[str, Any]) -> dict[str, Any]:
+    """What a user pays without tierload: torch imported and a plain ``DataLoader`` iterated once
+    (in-memory tensors, no workers); this process's peak RSS."""
+    from torch import arange
+    from torch.utils.data import TensorDataset
+
+    from tierload.bench.small.measure import MemoryWatch
+
+    with MemoryWatch(interval_s=0.05) as watch:
+        loader = DataLoader(TensorDataset(arange(100_000)), batch_size=256, shuffle=True)
+        batches = sum(1 for _ in loader)
+        peak = watch.mark()["peak_rss_main_mb"]
+    return {"batches": batches, "peak_rss_main_mb": peak}
+
+
+PHASES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"startup": startup, "worker-memory": worker_memory,
+                                                                  "baseline": baseline}
 
 
 def main(argv: list[str]) -> int:
