@@ -7,10 +7,12 @@ consecutive samples of one block are one access, so ``hot hit <= MIN`` holds.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from tierload.blockfile import HEADER_SIZE
+from tierload.order import reuse_gap
 from tierload.runs import counted_runs
 from tierload.simulator.belady import min_hit_flags
 
@@ -41,3 +43,21 @@ def access_trace(sample_block: np.ndarray, orders: Sequence[np.ndarray], reuse_g
     """
     blocks = [np.asarray(sample_block)[order] for order in orders]
     return [counted_runs(this, ahead, reuse_gap)[0] for this, ahead in zip(blocks[:-1], blocks[1:], strict=True)]
+
+
+def dataset_min_hit_ratios(dataset: Any, epochs: int, capacity_bytes: int) -> list[float]:
+    """MIN's hit ratio in each of ``epochs`` epochs of a TieredDataset's rank, at ``capacity_bytes``.
+
+    Over the accesses its node cache stream counts (:func:`access_trace`), with blocks at their
+    stored size (payload + header), as the hot tier holds them and a recorded trace gives them.
+
+    Args:
+        dataset: A :class:`tierload.dataset.TieredDataset` (its manifest, seed, shuffle and rank).
+        epochs: Epochs from 0.
+        capacity_bytes: The hot tier's capacity.
+    """
+    manifest = dataset.manifest
+    orders = [dataset.rank_order(epoch) for epoch in range(epochs + 1)]
+    trace = access_trace(manifest.sample_block, orders, reuse_gap(manifest.sample_block, dataset.window_blocks))
+    sizes = np.array([block.length + HEADER_SIZE for block in manifest.blocks], dtype=np.int64)
+    return min_hit_ratios(trace, sizes, capacity_bytes)

@@ -16,11 +16,9 @@ import time
 
 from torch.utils.data import DataLoader
 
-from tierload.bench.belady import access_trace, min_hit_ratios
+from tierload.bench.belady import dataset_min_hit_ratios
 from tierload.bench.contenders import Context
 from tierload.bench.loop import run_epochs
-from tierload.blockfile import HEADER_SIZE
-from tierload.order import reuse_gap
 
 
 def tierload_config(ctx: Context, warm: bool):
@@ -37,7 +35,6 @@ def tierload_config(ctx: Context, warm: bool):
 
 
 def run(ctx: Context) -> dict:
-    import numpy as np
     import ray
 
     from tierload.cache.runtime import stop_actors
@@ -67,13 +64,9 @@ def run(ctx: Context) -> dict:
                     "tierload_stall_fraction": dataset.stall_stats()["epochs"][-1]["stall_fraction"]}
 
         epochs = run_epochs(workload, ctx.dataset, ctx.endpoint_url, for_epoch, extra)
-        manifest = dataset.manifest
         # MIN on the accesses the hot-hit counter counts (one per run of a block), not per sample
-        orders = [dataset.rank_order(epoch) for epoch in range(workload.epochs + 1)]
-        trace = access_trace(manifest.sample_block, orders, reuse_gap(manifest.sample_block, dataset.window_blocks))
-        # stored size (+ header), as the hot tier counts it and the recorded trace gives it
-        sizes = np.array([block.length + HEADER_SIZE for block in manifest.blocks], dtype=np.int64)
-        for row, ratio in zip(epochs, min_hit_ratios(trace, sizes, config.hot.capacity_bytes), strict=True):
+        ratios = dataset_min_hit_ratios(dataset, workload.epochs, config.hot.capacity_bytes)
+        for row, ratio in zip(epochs, ratios, strict=True):
             row["min_hit_ratio"] = ratio
         return {"setup_s": setup_s, "epochs": epochs,
                 "notes": f"hot {config.hot.capacity_bytes / 1e6:.0f} MB, warm "
