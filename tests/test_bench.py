@@ -60,6 +60,32 @@ def test_min_hit_ratios_per_epoch():
     assert ratios == [0.0, 0.5]
 
 
+def test_min_counts_the_accesses_the_hot_hit_counter_counts():
+    """A packed dataset (20 samples per block): MIN is over one access per run of a block, the
+    simulator's trace of the same job, not one per sample (which made consecutive samples of a
+    block count as hits: ~95% MIN in a cold first epoch while the hot tier hit 0%)."""
+    from tierload.bench.belady import access_trace
+    from tierload.order import epoch_order, rank_slice
+    from tierload.simulator.trace import DatasetShape, JobSpec, job_trace
+
+    shape = DatasetShape.uniform(30, 1000, samples_per_block=20)
+    job = JobSpec(shape, epochs=2, seed=3)
+    orders = [rank_slice(epoch_order(shape.sample_block, seed=3, epoch=epoch, shuffle=shape.shuffle_mode("auto"),
+                                     window_blocks=job.window_blocks), rank=0, world_size=1, drop_last=False)
+              for epoch in range(3)]
+    trace = access_trace(shape.sample_block, orders, shape.reuse_gap(job.window_blocks))
+    simulated = job_trace(job)
+    assert np.array_equal(np.concatenate(trace), simulated.block)
+    assert [len(epoch) for epoch in trace] == [30, 30]  # one access per block and epoch, not 600
+    capacity = 10 * 1000
+    ratios = min_hit_ratios(trace, shape.block_bytes, capacity)
+    hits = min_hit_flags(simulated.block, shape.block_bytes, capacity)
+    assert ratios == [float(hits[:30].mean()), float(hits[30:].mean())]
+    assert ratios[0] == 0.0  # a cold first epoch: every access is a compulsory miss
+    per_sample = min_hit_ratios([shape.sample_block[order] for order in orders[:2]], shape.block_bytes, capacity)
+    assert per_sample[0] > 0.9  # what the old definition reported
+
+
 def test_workload_validates():
     with pytest.raises(ValueError, match="hot_fraction"):
         Workload(hot_fraction=0)
@@ -131,6 +157,7 @@ def test_report_table_and_targets():
     text = report.table(result)
     assert any(line.startswith("litdata") and "not run: no peers' environment" in line for line in text.splitlines())
     assert "MIN" in text and "40.0%" in text
+    assert "on the same accesses" in text and "hot hit <= MIN" in text  # one definition for both
 
 
 # ------------------------------------------------------------------ the emulated S3's own buckets

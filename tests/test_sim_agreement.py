@@ -55,3 +55,44 @@ def test_live_hit_ratios_match_the_simulator_on_the_recorded_trace(bucket, tier_
         measured = live[counter] / live["accesses"]
         print(f"{hot_policy}/{warm_policy} {tier}: live {measured:.3f} simulated {simulated:.3f}")
         assert abs(simulated - measured) <= TOLERANCE, (tier, measured, simulated, live, sim)
+
+
+def test_bench_min_is_over_the_accesses_the_hot_hit_counter_counts(bucket, tier_config, make_dataset):
+    """The benchmark's MIN column (tierload.bench.belady.dataset_min_hit_ratios) is over the very
+    accesses the live node cache counts: packs of ~8 samples are one access each, not eight, so
+    hot hit <= MIN in every epoch. Per sample, MIN counted a pack's later samples as hits (~85%
+    in a cold first epoch, where the hot tier hits nothing)."""
+    import numpy as np
+
+    from tierload.bench.belady import dataset_min_hit_ratios, min_hit_ratios
+    from tierload.blockfile import HEADER_SIZE
+
+    name, fs = bucket
+    count = 400
+    put_indexed_objects(fs, f"{name}/packed", count, size=1000)
+    # packs of 8 objects: a pack is at most 1/16 of the hot tier (tierload.packs), ~1/3 of the data fits
+    config = tier_config(hot=130_000, warm=None, prefetch={"depth_blocks": 2},
+                         manifest={"pack_threshold_bytes": "2KiB", "pack_target_bytes": 8000})
+    dataset = make_dataset(f"s3://{name}/packed", config, layout="files", batch_size=6)
+    manifest = dataset.manifest
+    assert len(manifest.blocks) < manifest.num_samples // 4  # packed
+    dataset._link.call("record_trace", True)
+    epochs, hot = 3, []
+    for epoch in range(epochs):
+        dataset.set_epoch(epoch)
+        loader = DataLoader(dataset, batch_size=6, collate_fn=lambda batch: batch)
+        assert sorted(index_of(s) for batch in loader for s, _ in batch) == list(range(count))
+        stats = dataset.epoch_stats(epoch)
+        hot.append(stats["hot_hits"] / stats["accesses"])
+    recorded = dataset._link.call("record_trace", False)
+    capacity = config.hot.capacity_bytes
+    ratios = dataset_min_hit_ratios(dataset, epochs, capacity)
+    # MIN on the recorded trace, epoch by epoch, is the same figure
+    index = {block.key: i for i, block in enumerate(manifest.blocks)}
+    live_trace = [np.array([index[key] for key, _, e in recorded if e == epoch]) for epoch in range(epochs)]
+    sizes = np.array([block.length + HEADER_SIZE for block in manifest.blocks])
+    assert ratios == min_hit_ratios(live_trace, sizes, capacity)
+    assert ratios[0] == 0.0 and all(h <= m + 1e-9 for h, m in zip(hot, ratios, strict=True)), (hot, ratios)
+    per_sample = min_hit_ratios([manifest.sample_block[dataset.rank_order(e)] for e in range(epochs)], sizes, capacity)
+    print("hot", hot, "MIN", ratios, "per-sample MIN", per_sample, "blocks", len(manifest.blocks))
+    assert per_sample[0] > hot[0] + 0.5, per_sample  # the old definition's inflation

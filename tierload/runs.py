@@ -55,3 +55,24 @@ def next_run_of_same_block(run_block: np.ndarray) -> np.ndarray:
     same = run_block[order][1:] == run_block[order][:-1]
     nxt[order[:-1][same]] = order[1:][same]
     return nxt
+
+
+def counted_runs(this_epoch: np.ndarray, next_epoch: np.ndarray, reuse_gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """The runs one rank's node cache stream counts as accesses in one epoch.
+
+    The stream's plan is this epoch's block sequence followed by the next epoch's as
+    look-ahead; a run that starts inside this epoch is counted here even if it straddles the
+    boundary. This is the trace the hot-hit counter counts and the simulator replays.
+
+    Args:
+        this_epoch: int array (positions,): block index of each sample the rank reads this epoch.
+        next_epoch: int array: the same for the next epoch (the look-ahead).
+        reuse_gap: As :func:`plan_runs`.
+
+    Returns:
+        ``(run_block, run_start)``: int64 block and first position of each counted run, in order.
+    """
+    seq = np.concatenate([np.asarray(this_epoch, dtype=np.int64), np.asarray(next_epoch, dtype=np.int64)])
+    run_start, run_block, _, _ = plan_runs(seq, reuse_gap)
+    counted = run_start < len(this_epoch)
+    return run_block[counted], run_start[counted]

@@ -132,8 +132,10 @@ def table(report: dict[str, Any]) -> str:
         cells = enumerate(zip(r, widths, strict=True))
         lines.append("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in cells))
     lines += ["", "hit(B): share of the epoch's sample bytes not read from S3 during it; hot hit: tierload's own "
-              "counter (accesses served by the hot tier); MIN: Belady's MIN hit ratio on tierload's block trace "
-              "at the hot capacity; peak RSS: the contender's whole process tree (loader workers, Ray)."]
+              "counter (share of accesses served by the hot tier; an access is one run of a block's samples in a "
+              "rank's order, so consecutive samples of one block are one access); MIN: Belady's MIN hit ratio on "
+              "the same accesses at the hot capacity (hot hit <= MIN); peak RSS: the contender's whole process "
+              "tree (loader workers, Ray)."]
     if notes:
         lines += ["notes:"] + [f"  {note}" for note in notes]
     ranks = report.get("standings") or []

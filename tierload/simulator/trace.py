@@ -25,7 +25,7 @@ import numpy as np
 
 from tierload.errors import ConfigError
 from tierload.order import SHUFFLE_MODES, epoch_order, rank_slice, resolve_shuffle, reuse_gap
-from tierload.runs import plan_runs
+from tierload.runs import counted_runs
 
 DEFAULT_BLOCK_BYTES = 2**20
 Progress = Callable[[int, int], None]  # replays report (accesses done, accesses in all)
@@ -258,10 +258,9 @@ def _counted_runs(job: JobSpec, rank: int, order: np.ndarray, next_order: np.nda
     ahead = rank_slice(next_order, rank=rank, world_size=job.world_size, drop_last=job.drop_last)
     # The plan carries the next epoch's order as look-ahead (TieredDataset._iterate); a run may
     # straddle the boundary and is then counted in this epoch, as the live stream counts it.
-    seq = np.concatenate([shape.sample_block[mine], shape.sample_block[ahead]])
-    run_start, run_block, _, _ = plan_runs(seq, shape.reuse_gap(job.window_blocks))
-    counted = run_start < len(mine)
-    return run_block[counted], run_start[counted], len(mine)
+    run_block, run_start = counted_runs(shape.sample_block[mine], shape.sample_block[ahead],
+                                        shape.reuse_gap(job.window_blocks))
+    return run_block, run_start, len(mine)
 
 
 def rank_epoch_runs(job: JobSpec, epoch: int, rank: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -6,7 +6,7 @@ node cache, with tier directories in the run's scratch directory, so it starts c
 Besides the loop's measures it reports tierload's own counters per epoch (hot/warm hit ratio,
 cold bytes and GETs), its own data-stall figure (``tierload_stall_fraction``, measured by
 :func:`tierload.watch`, beside the loop's ``stall_fraction``) and Belady's MIN hit ratio on the
-same block trace at the same capacity.
+same accesses at the same capacity (one per run of a block, as the hot-hit counter counts).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 
 from torch.utils.data import DataLoader
 
-from tierload.bench.belady import min_hit_ratios
+from tierload.bench.belady import dataset_min_hit_ratios
 from tierload.bench.contenders import Context
 from tierload.bench.loop import run_epochs
 
@@ -35,7 +35,6 @@ def tierload_config(ctx: Context, warm: bool):
 
 
 def run(ctx: Context) -> dict:
-    import numpy as np
     import ray
 
     from tierload.cache.runtime import stop_actors
@@ -65,10 +64,9 @@ def run(ctx: Context) -> dict:
                     "tierload_stall_fraction": dataset.stall_stats()["epochs"][-1]["stall_fraction"]}
 
         epochs = run_epochs(workload, ctx.dataset, ctx.endpoint_url, for_epoch, extra)
-        manifest = dataset.manifest
-        trace = [manifest.sample_block[dataset.rank_order(epoch)] for epoch in range(workload.epochs)]
-        sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)
-        for row, ratio in zip(epochs, min_hit_ratios(trace, sizes, config.hot.capacity_bytes), strict=True):
+        # MIN on the accesses the hot-hit counter counts (one per run of a block), not per sample
+        ratios = dataset_min_hit_ratios(dataset, workload.epochs, config.hot.capacity_bytes)
+        for row, ratio in zip(epochs, ratios, strict=True):
             row["min_hit_ratio"] = ratio
         return {"setup_s": setup_s, "epochs": epochs,
                 "notes": f"hot {config.hot.capacity_bytes / 1e6:.0f} MB, warm "
