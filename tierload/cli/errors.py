@@ -25,6 +25,7 @@ import click
 from tierload.errors import (
     BackendError,
     BucketNotFoundError,
+    CapacityError,
     ConfigError,
     CredentialsExpiredError,
     EndpointUnreachableError,
@@ -51,6 +52,7 @@ HINTS: tuple[tuple[type[TierloadError], str], ...] = (
     (CredentialsExpiredError, "refresh the credentials (or set cold.credential_provider)"),
     (SourceChangedError, "the objects changed since the listing: run again with refresh_manifest=True"),
     (BackendError, "check the URL, the credentials and the tier's directory or endpoint"),
+    (CapacityError, "`tierload policy show` prints each tier's capacity_bytes"),
     (MissingDependencyError, "install the extra the message names, or leave out the option that needs it"),
     (ConfigError, "`tierload policy validate FILE` lists every problem; defaults: `tierload policy show`"),
     (ManifestError, "check the URL's prefix and the layout (manifest.layout)"),
