@@ -43,8 +43,8 @@ def hot_fit_problem(config: TierloadConfig, blocks: Sequence[Block]) -> str | No
 
     Returns:
         One sentence naming ``hot.capacity_bytes``, the largest block and what would be right:
-        either the largest block does not fit (every read bypasses the hot tier) or the prefetch
-        window does not (blocks fetched ahead are evicted before they are read).
+        either the largest block does not fit (every read of it bypasses the hot tier) or the
+        prefetch window of one stream (:mod:`tierload.cache.stream_table`) does not.
     """
     if not blocks:
         return None
@@ -60,7 +60,8 @@ def hot_fit_problem(config: TierloadConfig, blocks: Sequence[Block]) -> str | No
     if capacity < window:
         return (f"hot.capacity_bytes is {format_bytes(capacity)}, smaller than the prefetch window "
                 f"(up to {config.prefetch.depth_blocks} blocks, {format_bytes(window)}; the largest block is "
-                f"{format_bytes(largest.length)}): blocks fetched ahead may be evicted before they are read; set "
+                f"{format_bytes(largest.length)}; one window per rank reading on the node): blocks fetched ahead do "
+                f"not all fit, so some bypass the hot tier and prefetching gains less; set "
                 f"hot.capacity_bytes to at least {format_bytes(window)}, or lower prefetch.depth_blocks / "
                 "prefetch.depth_bytes")
     return None

@@ -88,7 +88,8 @@ def warm(url, config_path, address, epochs, fraction, layout, seed, shuffle, end
     so running it again after an interruption (Ctrl-C stops after the batch in flight) continues
     where it stopped. The warm tier's capacity is never exceeded; when the selection does not
     fit, its policy decides, staging stops at the first batch it refuses whole, and the summary
-    says what was left for the job to read from the cold tier.
+    says what was left for the job to read from the cold tier. Blocks larger than the whole warm
+    tier are not read at all; a run that can stage nothing exits 1.
     """
     from tierload.config import load_config
     from tierload.prestage import prestage
