@@ -107,3 +107,15 @@ def test_warm_goes_through_a_running_service_and_refuses_an_unreachable_owner(da
     job.set_epoch(0)
     assert sum(1 for _ in job) == OBJECTS
     assert job.epoch_stats(0)["cold_gets"] == 0
+
+
+def test_a_warm_tier_smaller_than_every_block_reads_nothing_and_fails_in_one_line(dataset, tmp_path):
+    url, make = dataset
+    _config, path = make(warm="1KiB")  # every block is 3,000 bytes
+    result = CliRunner().invoke(cli, ["warm", url, "--config", path])
+    assert result.exit_code == 1, result.output
+    assert "in 0 cold GETs" in result.stdout and f"too large: {OBJECTS} blocks" in result.stdout  # nothing downloaded
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 1 and "CapacityError: nothing could be staged" in errors[0], result.stderr
+    assert "warm.capacity_bytes is 1.0 KiB" in errors[0] and "largest block 2.9 KiB" in errors[0], errors
+    assert tier_bytes(tmp_path / "warm") == 0

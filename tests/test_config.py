@@ -93,3 +93,19 @@ def test_missing_or_malformed_yaml_is_a_config_error(tmp_path):
     bad.write_text("hot: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_a_bad_value_from_the_environment_names_its_variable(tmp_path):
+    with pytest.raises(ConfigError, match=r"hot\.capacity_bytes: 'lots' .*TIERLOAD_HOT__CAPACITY_BYTES") as caught:
+        load_config(environ={"TIERLOAD_HOT__CAPACITY_BYTES": "lots"})
+    assert "TIERLOAD_PREFETCH__CONCURRENCY" not in str(caught.value)
+    # A bad value from a file is not blamed on a variable that set another key.
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("hot:\n  capacity_bytes: lots\n")
+    with pytest.raises(ConfigError) as from_file:
+        load_config(config_file, environ={"TIERLOAD_PREFETCH__CONCURRENCY": "5"})
+    assert "hot.capacity_bytes: 'lots'" in str(from_file.value) and "TIERLOAD_" not in str(from_file.value)
+    # An explicit argument wins over the variable, so the variable is not named for its value.
+    with pytest.raises(ConfigError) as explicit:
+        load_config(overrides={"hot": {"capacity_bytes": "lots"}}, environ={"TIERLOAD_HOT__CAPACITY_BYTES": "1GiB"})
+    assert "TIERLOAD_HOT__CAPACITY_BYTES" not in str(explicit.value)

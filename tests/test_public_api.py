@@ -17,6 +17,7 @@ from tierload.errors import (
     EndpointUnreachableError,
     IntegrityError,
     ManifestError,
+    MissingDependencyError,
     ServiceError,
     StreamNotOpenError,
 )
@@ -45,7 +46,8 @@ def test_cli_rejects_a_bad_option_through_click_and_prints_the_version():
 
 @pytest.mark.parametrize("error, code", [
     (ConfigError("x"), 2), (ManifestError("x"), 3), (BackendError("x"), 4), (EndpointUnreachableError("x"), 4),
-    (ServiceError("x"), 5), (StreamNotOpenError("x"), 5), (IntegrityError("x"), 1), (CapacityError("x"), 1)])
+    (ServiceError("x"), 5), (StreamNotOpenError("x"), 5), (IntegrityError("x"), 1), (CapacityError("x"), 1),
+    (MissingDependencyError("x"), 1)])
 def test_every_error_class_maps_to_its_exit_code(error, code):
     assert exit_code_of(error) == code
     assert len({c for _, c in EXIT_CODES}) == len(EXIT_CODES)  # no two classes share a code

@@ -92,6 +92,27 @@ def test_cli_sweep_prints_json_and_writes_the_chart(tmp_path):
     assert "knee" in table.stdout and "MIN" in table.stdout
 
 
+def test_plot_without_matplotlib_fails_before_the_sweep_with_the_extra_to_install(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    trace = tmp_path / "trace.txt"
+    # sys.modules[name] = None makes `import matplotlib` raise ImportError, as on a clean install.
+    script = ("import sys; sys.modules['matplotlib'] = None; from tierload.cli.main import cli; "
+              "cli(sys.argv[1:], prog_name='tierload')")
+    result = subprocess.run([sys.executable, "-c", script, "policy", "simulate", str(root / "configs/default.yaml"),
+                             "--dataset", "300", "--sweep", "hot=10%,50%", "--hot-policies", "keep",
+                             "--save-trace", str(trace), "--plot", str(tmp_path / "sweep.png")],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "MissingDependencyError" in result.stderr and "tierload[bench]" in result.stderr, result.stderr
+    assert "policy validate" not in result.stderr  # the ConfigError hint does not apply
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not trace.exists()  # refused before the trace was generated, let alone swept
+
+
 def test_dataset_from_an_s3_listing(s3, bucket, tmp_path):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 12, size=1000)

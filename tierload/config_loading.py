@@ -72,6 +72,25 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     return result
 
 
+def env_sources(environ: Mapping[str, str], overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Which ``TIERLOAD_*`` variable set each dotted key: ``{"hot.capacity_bytes": "TIERLOAD_HOT__CAPACITY_BYTES"}``.
+
+    Keys that ``overrides`` (explicit arguments) set too are left out: their value is not the variable's.
+    """
+    explicit = set(_dotted_keys(overrides or {}))
+    return {key: name for name in environ if name.startswith(ENV_PREFIX) and "__" in name
+            if (key := ".".join(name[len(ENV_PREFIX):].lower().split("__"))) not in explicit}
+
+
+def _dotted_keys(data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in data.items():
+        keys.append(f"{prefix}{key}")
+        if isinstance(value, Mapping):
+            keys.extend(_dotted_keys(value, f"{prefix}{key}."))
+    return keys
+
+
 def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Recursively merge ``override`` into a copy of ``base`` (override wins)."""
     merged = copy.deepcopy(base)
@@ -83,8 +102,15 @@ def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
-def validation_messages(exc: ValidationError) -> list[str]:
-    """One line per problem: ``hot.capacity_bytes: 'ten gigs' is not a size ...``."""
+def validation_messages(exc: ValidationError, sources: Mapping[str, str] | None = None) -> list[str]:
+    """One line per problem: ``hot.capacity_bytes: 'ten gigs' is not a size ...``.
+
+    Args:
+        exc: pydantic's error.
+        sources: Dotted key -> the environment variable that set it (:func:`env_sources`); a
+            problem in such a key (or below it) names the variable.
+    """
+    sources = sources or {}
     lines = []
     for err in exc.errors():
         where = ".".join(str(part) for part in err["loc"])
@@ -95,12 +121,24 @@ def validation_messages(exc: ValidationError) -> list[str]:
             message = f"unknown key {err['loc'][-1]!r} (typo?)"
         elif "input" in err and err["type"] not in ("value_error",) and not message.startswith(where):
             message = f"{message} (got {err['input']!r})"
-        lines.append(f"{where}: {message}" if where and not message.startswith(where) else message)
+        line = f"{where}: {message}" if where and not message.startswith(where) else message
+        variable = next((sources[key] for key in _prefixes(err["loc"]) if key in sources), None)
+        lines.append(f"{line} (set by the environment variable {variable})" if variable else line)
     return lines
 
 
-def build_config(data: Mapping[str, Any]) -> TierloadConfig:
+def _prefixes(loc: tuple) -> list[str]:
+    """``("hot", "capacity_bytes")`` -> ``["hot.capacity_bytes", "hot"]``: the longest first."""
+    parts = [str(part) for part in loc]
+    return [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+
+
+def build_config(data: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> TierloadConfig:
     """Validate a full config mapping.
+
+    Args:
+        data: The full mapping.
+        sources: Dotted key -> environment variable that set it, named in the messages.
 
     Raises:
         ConfigError: Listing every invalid value with its key.
@@ -108,7 +146,7 @@ def build_config(data: Mapping[str, Any]) -> TierloadConfig:
     try:
         return TierloadConfig.model_validate(dict(data))
     except ValidationError as exc:
-        raise ConfigError("invalid tierload config:\n  " + "\n  ".join(validation_messages(exc))) from None
+        raise ConfigError("invalid tierload config:\n  " + "\n  ".join(validation_messages(exc, sources))) from None
 
 
 def as_config(config: "TierloadConfig | Mapping[str, Any]") -> TierloadConfig:
@@ -144,6 +182,7 @@ def load_config(source: "TierloadConfig | Mapping[str, Any] | str | os.PathLike 
         data = deep_merge(data, source)
     elif source is not None:
         raise ConfigError(f"config must be a TierloadConfig, a mapping or a YAML path, got {type(source).__name__}")
-    data = deep_merge(data, env_overrides(os.environ if environ is None else environ))
+    environ = os.environ if environ is None else environ
+    data = deep_merge(data, env_overrides(environ))
     data = deep_merge(data, overrides or {})
-    return build_config(data)
+    return build_config(data, env_sources(environ, overrides))

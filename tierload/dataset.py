@@ -57,6 +57,7 @@ from tierload.stall import StallMeter, report_epoch, report_progress
 from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
 from tierload.stores.cold import ColdLocation, ColdSource, canonical_url
 from tierload.tier_dirs import check_source_apart
+from tierload.tier_fit import warn_hot_fit_once
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,7 @@ class TieredDataset(IterableDataset):
             log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
                         "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
                         "epoch (docs/packs.md)", self._manifest.num_packs)
+        warn_hot_fit_once(self.config, self._manifest.blocks, self.url)  # reads bypass a hot tier too small
         self._endpoint = node_endpoint(self.config)
         self._link = NodeLink(self._endpoint)
         keep_node_cache(self.config, self._endpoint.hot_dirs[-1], self)  # re-created if removed for good

@@ -8,6 +8,7 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     │   ├── CapacityParseError             "ten gigs" is not a capacity
     │   └── UntrustedDirError              a tier dir another user owns or may write (not shared on purpose)
     ├── CapacityError(RuntimeError)         a block cannot fit in any tier that must hold it
+    ├── MissingDependencyError(ImportError) an optional package a feature needs is not installed
     ├── IntegrityError(IOError)            checksum or block-file header mismatch
     ├── BackendError(OSError)              a storage backend failed (translated SDK error)
     │   ├── EndpointUnreachableError       cannot connect to the configured endpoint
@@ -87,6 +88,21 @@ class UntrustedDirError(ConfigError):
 
 class CapacityError(TierloadError, RuntimeError):
     """A block is larger than the capacity of a tier that must hold it."""
+
+
+class MissingDependencyError(TierloadError, ImportError):
+    """An optional package a requested feature needs is not installed.
+
+    Args:
+        message: What needs it and how to install it.
+        package: The missing package's import name (e.g. ``"matplotlib"``).
+        extra: The tierload extra that brings it (e.g. ``"bench"``).
+    """
+
+    def __init__(self, message: str, *, package: str = "", extra: str = "", **context) -> None:
+        super().__init__(message, **context)
+        self.package = package
+        self.extra = extra
 
 
 class IntegrityError(TierloadError, IOError):

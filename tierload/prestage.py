@@ -39,6 +39,7 @@ from tierload.errors import ConfigError, ServiceError
 from tierload.manifest import Manifest
 from tierload.order import epoch_order, resolve_shuffle
 from tierload.packs import cold_requests
+from tierload.tier_fit import fitting
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ class PrestageResult:
         refused_blocks, refused_bytes: Read, but refused by the warm tier (full, or its policy).
         skipped_blocks, skipped_bytes: Never read: staging stopped (the warm tier refused a whole
             batch, or the run was interrupted).
+        too_large_blocks, too_large_bytes: Never read: each is larger than the warm tier's whole
+            capacity, so it could not be kept (not counted in ``skipped_*``).
+        largest_block_bytes: The largest block of the selection.
         cold_bytes, cold_gets: What this run read from the cold tier.
         warm_used_bytes, warm_capacity_bytes: The warm tier afterwards.
         interrupted: The run was stopped before the end (run again to resume).
@@ -75,6 +79,9 @@ class PrestageResult:
     refused_bytes: int = 0
     skipped_blocks: int = 0
     skipped_bytes: int = 0
+    too_large_blocks: int = 0
+    too_large_bytes: int = 0
+    largest_block_bytes: int = 0
     cold_bytes: int = 0
     cold_gets: int = 0
     warm_used_bytes: int = 0
@@ -214,6 +221,8 @@ class Prestager:
                 result.present_bytes += block.length
             else:
                 missing.append(block)
+        result.largest_block_bytes = max((block.length for block in blocks), default=0)
+        missing = self._keepable(missing, result)
         self.on_progress(result)
         for batch in _batches(missing):
             if self.stop.is_set():
@@ -223,13 +232,28 @@ class Prestager:
                 break  # the warm tier refused a whole batch: it is full for this selection
             self.on_progress(result)
         result.skipped_blocks = result.planned_blocks - result.present_blocks - result.staged_blocks \
-            - result.refused_blocks
-        result.skipped_bytes = result.planned_bytes - result.done_bytes
+            - result.refused_blocks - result.too_large_blocks
+        result.skipped_bytes = result.planned_bytes - result.done_bytes - result.too_large_bytes
         warm = (self.call("stats") or {}).get("warm") or {}
         result.warm_used_bytes = warm.get("used_bytes", 0)
         result.warm_capacity_bytes = warm.get("capacity_bytes", self.config.warm.capacity_bytes)
         result.elapsed_s = time.monotonic() - started
         return result
+
+    def _keepable(self, missing: list[Block], result: PrestageResult) -> list[Block]:
+        """The blocks of ``missing`` the warm tier could hold at all; the others are counted in
+        ``result.too_large_*`` and never read (a compressed tier's frames may be smaller: all kept)."""
+        if self.config.warm.compress:
+            return missing
+        capacity = ((self.call("stats") or {}).get("warm") or {}).get("capacity_bytes",
+                                                                       self.config.warm.capacity_bytes)
+        keep, too_large = fitting(missing, capacity)
+        result.too_large_blocks = len(too_large)
+        result.too_large_bytes = sum(block.length for block in too_large)
+        if too_large:
+            log.info("%d block(s) are larger than the warm tier's capacity (%d bytes): not read", len(too_large),
+                        capacity)
+        return keep
 
     def _stage(self, batch: list[Block], result: PrestageResult) -> bool:
         """Read ``batch`` from cold, propose it, write what is admitted. False if none was."""

@@ -1,8 +1,8 @@
 """How the command line reports tierload's errors: one line on stderr and a typed exit code.
 
 Exit codes (also in ``tierload --help``): 0 done; 1 a tierload error of no class below
-(integrity, capacity) or an unexpected error; 2 a bad configuration value or command-line usage
-(click's own code); 3 the dataset cannot be described (:class:`ManifestError`), and for
+(integrity, capacity, a missing optional package) or an unexpected error; 2 a bad configuration
+value or command-line usage (click's own code); 3 the dataset cannot be described (:class:`ManifestError`), and for
 ``tierload status`` "no service is running" (the LSB convention for a status command); 4 a
 storage backend failed; 5 a tierload actor or its channel failed.
 
@@ -25,10 +25,12 @@ import click
 from tierload.errors import (
     BackendError,
     BucketNotFoundError,
+    CapacityError,
     ConfigError,
     CredentialsExpiredError,
     EndpointUnreachableError,
     ManifestError,
+    MissingDependencyError,
     ServiceError,
     SourceChangedError,
     TierloadError,
@@ -50,6 +52,8 @@ HINTS: tuple[tuple[type[TierloadError], str], ...] = (
     (CredentialsExpiredError, "refresh the credentials (or set cold.credential_provider)"),
     (SourceChangedError, "the objects changed since the listing: run again with refresh_manifest=True"),
     (BackendError, "check the URL, the credentials and the tier's directory or endpoint"),
+    (CapacityError, "`tierload policy show` prints each tier's capacity_bytes"),
+    (MissingDependencyError, "install the extra the message names, or leave out the option that needs it"),
     (ConfigError, "`tierload policy validate FILE` lists every problem; defaults: `tierload policy show`"),
     (ManifestError, "check the URL's prefix and the layout (manifest.layout)"),
     (ServiceError, "`tierload status` shows what runs; `tierload serve --address auto` starts the service"),

@@ -162,6 +162,11 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
     hot_names = _names(hot_policies, HOT_POLICIES, "--hot-policies")
     warm_names = _names(warm_policies, WARM_POLICIES, "--warm-policies")
     config = handle_errors(_checked)(file)
+    if plot:
+        from tierload.simulator.sweep_report import require_matplotlib
+
+        # Before the trace and the sweep: minutes of work must not end in a missing package.
+        handle_errors(require_matplotlib)()
 
     def run() -> None:
         from tqdm import tqdm

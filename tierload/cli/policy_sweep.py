@@ -17,15 +17,18 @@ def run_sweep_command(trace: Trace, spec: StackSpec, config: TierloadConfig, swe
     """Evaluate the grid of ``sweep_text`` (see :func:`tierload.simulator.sweep.parse_sweep`) and print it.
 
     Raises:
-        ConfigError: A malformed sweep, or a chart without matplotlib.
+        ConfigError: A malformed sweep.
+        MissingDependencyError: A chart without matplotlib (checked before the sweep runs).
     """
     from tqdm import tqdm
 
     from tierload.simulator.fast import warm_up
     from tierload.simulator.sweep import default_workers, parse_sweep, run_sweep
-    from tierload.simulator.sweep_report import format_sweep, plot_sweep, sweep_to_json
+    from tierload.simulator.sweep_report import format_sweep, plot_sweep, require_matplotlib, sweep_to_json
 
     tier, shares = parse_sweep(sweep_text)
+    if plot:
+        require_matplotlib()
     data = trace.distinct_bytes()
     capacities = [int(share * data) for share in shares]
     policies = hot_names if tier == "hot" else warm_names

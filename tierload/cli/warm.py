@@ -8,7 +8,8 @@ import threading
 
 import click
 
-from tierload.cli.errors import handle_errors
+from tierload.cli.errors import fail, handle_errors
+from tierload.errors import CapacityError
 from tierload.units import format_bytes
 
 INTERRUPTED_EXIT_CODE = 130  # the shell's code for a command ended by SIGINT
@@ -21,6 +22,11 @@ def _summary(result) -> str:
              f"{result.present_blocks:,} ({format_bytes(result.present_bytes)}); staged now: "
              f"{result.staged_blocks:,} ({format_bytes(result.staged_bytes)}) from "
              f"{format_bytes(result.cold_bytes)} in {result.cold_gets:,} cold GETs, {result.elapsed_s:.1f} s"]
+    if result.too_large_blocks:
+        lines.append(f"too large: {result.too_large_blocks:,} blocks ({format_bytes(result.too_large_bytes)}) are "
+                     f"each larger than the warm tier ({format_bytes(result.warm_capacity_bytes)}; the largest "
+                     f"block is {format_bytes(result.largest_block_bytes)}), so they were not read; the job reads "
+                     "them from the cold tier")
     left = result.refused_blocks + result.skipped_blocks
     if result.interrupted:
         lines.append(f"interrupted: {left:,} blocks ({format_bytes(result.refused_bytes + result.skipped_bytes)}) "
@@ -82,7 +88,8 @@ def warm(url, config_path, address, epochs, fraction, layout, seed, shuffle, end
     so running it again after an interruption (Ctrl-C stops after the batch in flight) continues
     where it stopped. The warm tier's capacity is never exceeded; when the selection does not
     fit, its policy decides, staging stops at the first batch it refuses whole, and the summary
-    says what was left for the job to read from the cold tier.
+    says what was left for the job to read from the cold tier. Blocks larger than the whole warm
+    tier are not read at all; a run that can stage nothing exits 1.
     """
     from tierload.config import load_config
     from tierload.prestage import prestage
@@ -107,3 +114,14 @@ def warm(url, config_path, address, epochs, fraction, layout, seed, shuffle, end
     click.echo(_summary(result))
     if result.interrupted:
         sys.exit(INTERRUPTED_EXIT_CODE)
+    if result.planned_blocks and not result.staged_blocks and not result.present_blocks:
+        fail(_nothing_staged(result))
+
+
+def _nothing_staged(result) -> CapacityError:
+    """The error for a run that could stage nothing (exit 1): the capacity against the block sizes."""
+    return CapacityError(f"nothing could be staged: warm.capacity_bytes is {format_bytes(result.warm_capacity_bytes)}"
+                         f", the largest block {format_bytes(result.largest_block_bytes)} ("
+                         f"{result.too_large_blocks:,} of {result.planned_blocks:,} blocks larger than the tier, "
+                         f"{result.refused_blocks:,} refused by its {result.policy} policy); raise "
+                         "warm.capacity_bytes", tier="warm")

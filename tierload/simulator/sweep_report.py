@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierload.errors import ConfigError
+from tierload.errors import MissingDependencyError
 from tierload.simulator.sweep import Sweep
 from tierload.units import format_bytes
 
@@ -63,20 +63,31 @@ def format_sweep(sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
+def require_matplotlib() -> None:
+    """Check that a chart can be drawn, before any work whose result it would show.
+
+    Raises:
+        MissingDependencyError: matplotlib is not installed (it comes with the ``bench`` extra).
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError("--plot needs matplotlib, which is not installed: pip install "
+                                     "'tierload[bench]' (or pip install matplotlib), or leave out --plot",
+                                     package="matplotlib", extra="bench") from None
+
+
 def plot_sweep(sweep: Sweep, path: str, title: str | None = None) -> None:
     """Write the sweep as a PNG: S3 bytes per epoch, hit ratio (and dollars) against capacity.
 
     Raises:
-        ConfigError: matplotlib is not installed (it comes with the ``bench`` extra).
+        MissingDependencyError: matplotlib is not installed (it comes with the ``bench`` extra).
     """
-    try:
-        import matplotlib
+    require_matplotlib()
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("plotting needs matplotlib: pip install 'tierload[bench]' (or pip install matplotlib)"
-                          ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     priced = any(p.usd_per_run is not None for p in sweep.points)
     panels = 3 if priced else 2
     figure, axes = plt.subplots(panels, 1, figsize=(8, 3.2 * panels), sharex=True)
