@@ -235,21 +235,47 @@ def test_rig_ceiling_probe_gets_every_object(own_buckets):
 
 
 # ----------------------------------------------------------------- smoke runs of the small workloads
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """``run(workload)``: (options, result, out dir) of one 300-object run of a small-object workload
+    with the other loaders, made once per module: the smoke and the peers tests check the same run
+    (every check is per object or per loader), not two runs each paying processes, Ray and the data."""
+    import dataclasses
+
+    from tierload.bench.small.run import SmallOptions, run_small
+
+    runs: dict[str, tuple] = {}
+
+    def run(workload: str) -> tuple:
+        if workload not in runs:
+            folder = tmp_path_factory.mktemp(workload)
+            options = dataclasses.replace(SmallOptions.smoke(workload), count=300, classes=3,
+                                          cache_dir=str(folder / "data"), size=4096 if workload == "small-s3" else 1024)
+            result = run_small(options, folder / "out", echo=lambda line: None, timeout_s=300)
+            runs[workload] = options, result, folder / "out"
+        return runs[workload]
+
+    return run
+
+
 @pytest.mark.parametrize("workload", ["small-files", "small-s3", "startup"])
-def test_small_workload_smoke(workload, tmp_path):
-    """A 500-object variant of each small-object workload (startup: a 5,000-key listing) runs end to
-    end and reports its targets. 500, not the smoke preset's 2,000: the checks are per object, and
-    the fixed costs (processes, Ray) dominate either way."""
+def test_small_workload_smoke(workload, tmp_path, small_run):
+    """A 300-object variant of each small-object workload (startup: a 5,000-key listing) runs end to
+    end and reports its targets. 300, not the smoke preset's 2,000: the checks are per object, and
+    the fixed costs (processes, Ray) dominate either way. small-files and small-s3 check the run
+    test_small_workload_peers_smoke checks (``small_run``), so the other loaders' runs must pass too."""
     import dataclasses
 
     from tierload.bench.small import report
     from tierload.bench.small.run import SmallOptions, run_small
 
-    # the other loaders have their own, smaller smoke run below (test_small_workload_peers_smoke)
-    options = dataclasses.replace(SmallOptions.smoke(workload), count=500, cache_dir=str(tmp_path / "data"),
-                                  size=4096 if workload == "small-s3" else 1024, peers=False)
-    result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=300)
-    paths = report.write(result, tmp_path / "out")
+    if workload == "startup":  # does not use the count, and runs no other loader
+        options = dataclasses.replace(SmallOptions.smoke(workload), count=500, cache_dir=str(tmp_path / "data"),
+                                      size=1024, peers=False)
+        result, out = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=300), tmp_path / "out"
+    else:
+        options, result, out = small_run(workload)
+    paths = report.write(result, out)
     runs = [result.get("startup"), result.get("worker_memory"), *result.get("contenders", {}).values()]
     assert all(run["ok"] for run in runs if run is not None), [run.get("error") for run in runs if run]
     for run in result.get("contenders", {}).values():
@@ -319,17 +345,12 @@ def test_report_standings_against_each_contender():
 
 
 @pytest.mark.parametrize("workload", ["small-files", "small-s3"])
-def test_small_workload_peers_smoke(workload, tmp_path):
+def test_small_workload_peers_smoke(workload, small_run):
     """On a 300-object variant, the S3 Connector for PyTorch and Ray Data deliver every object each
     epoch (through the emulated S3 on small-s3: one GET per object per epoch, no cache), or are
     reported as not run with the reason."""
-    import dataclasses
-
-    from tierload.bench.small.run import SmallOptions, run_small
-
-    options = dataclasses.replace(SmallOptions.smoke(workload), count=300, classes=3, cache_dir=str(tmp_path / "data"),
-                                  size=4096 if workload == "small-s3" else 1024)
-    result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=240)
+    options, result, _ = small_run(workload)
+    assert options.peers and options.peer_loaders == ("s3torch", "raydata")
     contenders, not_run = result["contenders"], result.get("not_run", {})
     assert all(run["ok"] for run in contenders.values()), {n: r.get("error") for n, r in contenders.items()}
     expected = {"small-files": {"raydata-files"}, "small-s3": {"s3torch-s3", "raydata-s3"}}[workload]

@@ -107,3 +107,28 @@ def test_an_edited_module_drops_the_compiled_cache_of_every_module(tmp_path):
     assert not _drop_stale_cache(tmp_path)
     (tmp_path / "tier.py").write_text("A = 2\n")
     assert _drop_stale_cache(tmp_path) and [path.name for path in cache.iterdir()] == [CACHE_STAMP]
+
+
+def test_both_trace_dtypes_run_through_one_compiled_specialisation():
+    # job_trace makes int64/float64 columns, fast_job_trace int32/float32; compiling both
+    # doubled numba's cold-cache compile time. The entry points convert to one dtype set.
+    from tierload.simulator.fast import belady_kernel, nextuse, replay
+
+    wide = Trace(np.array([0, 1, 0, 2, 1]), np.array([0, 1, 0, 1, 1]), np.array([0.0, 0.25, 0.5, 1.0, 1.5]),
+                 np.array([1, 1, 1]))
+    narrow = Trace(wide.block.astype(np.int32), wide.node.astype(np.int32), wide.epoch.astype(np.float32),
+                   wide.block_bytes)
+    spec = StackSpec("clairvoyant", 1, "lfu", 1)
+    first, second = (simulate(trace, spec, engine="fast") for trace in (wide, narrow))
+    assert (first.hot_hits, first.warm_hits, first.cold_misses) == (second.hot_hits, second.warm_hits,
+                                                                    second.cold_misses)
+    first_flags, second_flags = (min_hit_flags(t.block, t.block_bytes, 1, t.node) for t in (wide, narrow))
+    assert first_flags.tolist() == second_flags.tolist()
+    for dispatcher in (replay.replay, belady_kernel.min_hits_one_tier, nextuse._next_use):
+        assert len(dispatcher.signatures) == 1, dispatcher.signatures
+
+
+def test_ids_beyond_int32_are_refused_by_the_compiled_engine():
+    trace = Trace(np.array([2**31]), np.zeros(1, np.int64), np.zeros(1), np.ones(1, np.int64))
+    with pytest.raises(ConfigError, match="2\\*\\*31"):
+        simulate(trace, StackSpec("lru", 1, None, 0), engine="fast")

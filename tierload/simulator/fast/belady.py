@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tierload.simulator.fast.belady_kernel import min_hits_one_tier
+from tierload.simulator.fast.columns import as_ids
 from tierload.simulator.fast.nextuse import next_use
 
 
@@ -30,7 +31,12 @@ def min_hits_fast(block: np.ndarray, block_bytes: np.ndarray, capacity_bytes: in
 
     Returns:
         The hits, as :func:`tierload.simulator.belady.min_hits` counts them.
+
+    Raises:
+        ConfigError: A block or node id of 2**31 or more.
     """
+    block = as_ids(block, "block")  # the one dtype compiled (see .columns)
+    node = None if node is None else as_ids(node, "node")
     sizes = np.ascontiguousarray(block_bytes, dtype=np.int64)
     nexts = next_use(block, node, len(sizes))
     smallest = int(sizes.min()) if len(sizes) else 1

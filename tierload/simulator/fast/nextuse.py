@@ -6,6 +6,7 @@ import numpy as np
 from numba import njit
 
 from tierload.simulator.fast.belady_kernel import NEVER
+from tierload.simulator.fast.columns import ID_DTYPE, as_ids
 
 
 @njit(cache=True)
@@ -30,8 +31,11 @@ def next_use(block: np.ndarray, node: np.ndarray | None, num_blocks: int) -> np.
     Returns:
         int64 array (accesses,): trace position of the next use, ``NEVER`` if there is none
         (equal to :func:`tierload.simulator.oracle.next_use`).
+
+    Raises:
+        ConfigError: A block or node id of 2**31 or more.
     """
-    if node is None:
-        node = np.zeros(len(block), np.int64)
+    block = as_ids(block, "block")  # the one dtype compiled (see .columns)
+    node = np.zeros(len(block), ID_DTYPE) if node is None else as_ids(node, "node")
     num_nodes = int(node.max()) + 1 if len(node) else 1
     return _next_use(block, node, max(num_blocks, 1), num_nodes)

@@ -57,7 +57,8 @@ def replay(block, node, epoch, nexts, sizes, gets, hot, warm, has_warm, clocks, 
     """Replay accesses ``start .. stop - 1``; the state carries over between calls.
 
     Args:
-        block, node, epoch: The trace's columns.
+        block, node: int32 (accesses,): the trace's columns.
+        epoch: float64 (stop - start,): the trace's epochs of these accesses only.
         nexts: int64: next use of each access's block by its node (only read by clairvoyant;
             may be shorter otherwise).
         sizes, gets: int64 (blocks,): bytes and cold GETs of each block.
@@ -73,7 +74,7 @@ def replay(block, node, epoch, nexts, sizes, gets, hot, warm, has_warm, clocks, 
     warm_at = len(clocks) - 1
     clairvoyant = hot.policy == tier.CLAIRVOYANT
     for i in range(start, stop):
-        key, n, e = block[i], node[i], float(epoch[i])
+        key, n, e = block[i], node[i], float(epoch[i - start])
         lift = n * span
         if e + lift > clocks[n]:
             clocks[n] = e + lift

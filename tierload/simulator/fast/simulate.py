@@ -16,6 +16,7 @@ import numpy as np
 from tierload.errors import ConfigError
 from tierload.simulator.fast import replay as kernel
 from tierload.simulator.fast.belady_kernel import NEVER
+from tierload.simulator.fast.columns import as_epochs, as_ids
 from tierload.simulator.fast.nextuse import next_use
 from tierload.simulator.fast.tier import CLAIRVOYANT, POLICY_CODES, new_tier
 from tierload.simulator.run import SimResult, StackSpec, _counts_matter
@@ -44,7 +45,8 @@ def simulate_fast(trace: Trace, spec: StackSpec, progress: Progress | None = Non
     """Replay ``trace`` through ``spec`` (see :func:`tierload.simulator.run.simulate`).
 
     Args:
-        trace: The accesses (block, node: int32 or int64; epoch: float32 or float64).
+        trace: The accesses (block, node: int32 or int64; epoch: float32 or float64). Compiled
+            for int32 ids and float64 epochs only (:mod:`.columns`): other dtypes are converted.
         spec: Tiers, capacities and policies.
         progress: Called every :data:`CHUNK` accesses and at the end with (done, total).
         outcome: int8 (accesses,), filled with where each access was served: 0 hot, 1 warm, 2 cold.
@@ -53,7 +55,8 @@ def simulate_fast(trace: Trace, spec: StackSpec, progress: Progress | None = Non
         The counts; ``cpu_seconds`` includes the next-use pass clairvoyant needs.
 
     Raises:
-        ConfigError: A policy the compiled replay does not know, or a capacity below zero.
+        ConfigError: A policy the compiled replay does not know, a capacity below zero, or a
+            block or node id of 2**31 or more.
     """
     if not supports(spec):
         raise ConfigError(f"the compiled replay has no policy pair hot={spec.hot_policy!r}, "
@@ -62,6 +65,7 @@ def simulate_fast(trace: Trace, spec: StackSpec, progress: Progress | None = Non
         raise ConfigError("tier capacities must be >= 0 bytes")
     started, cpu_started = time.perf_counter(), time.process_time()
     length, num_nodes = len(trace), max(trace.num_nodes, 1)
+    block, node = as_ids(trace.block, "block"), as_ids(trace.node, "node")
     sizes = np.ascontiguousarray(trace.block_bytes, dtype=np.int64)
     gets = np.maximum(1, -(-sizes // spec.max_request_bytes))
     hot = _tier(spec.hot_policy, num_nodes, spec.hot_capacity_bytes, spec.hot_admit_min_count,
@@ -69,7 +73,7 @@ def simulate_fast(trace: Trace, spec: StackSpec, progress: Progress | None = Non
     has_warm = spec.warm_policy is not None
     warm = _tier(spec.warm_policy or "keep", 1, spec.warm_capacity_bytes if has_warm else 0,
                  spec.warm_admit_min_count, spec.warm_get_cost_bytes, spec, sizes if has_warm else sizes[:1])
-    nexts = (next_use(trace.block, trace.node, len(sizes)) if hot.policy == CLAIRVOYANT
+    nexts = (next_use(block, node, len(sizes)) if hot.policy == CLAIRVOYANT
              else np.zeros(1, np.int64))
     epoch = trace.epoch
     span = float(float(epoch.max()) - float(epoch.min())) + 1.0 if length else 1.0
@@ -79,8 +83,9 @@ def simulate_fast(trace: Trace, spec: StackSpec, progress: Progress | None = Non
     for done in range(0, length, CHUNK):
         if progress is not None:
             progress(done, length)
-        kernel.replay(trace.block, trace.node, epoch, nexts, sizes, gets, hot, warm, has_warm, clocks, span,
-                      NEVER, totals, record, done, min(done + CHUNK, length))
+        stop = min(done + CHUNK, length)
+        kernel.replay(block, node, as_epochs(epoch[done:stop]), nexts, sizes, gets, hot, warm, has_warm, clocks,
+                      span, NEVER, totals, record, done, stop)
     if progress is not None:
         progress(length, length)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
