@@ -75,7 +75,10 @@ def test_second_epoch_reads_nothing_from_cold_when_hot_holds_everything(bucket, 
         dataset.set_epoch(epoch)
         assert sorted(indices(loader_for(dataset, num_workers=2))) == list(range(60))
     first, second = dataset.epoch_stats(0), dataset.epoch_stats(1)
-    assert first["cold_gets"] == 60 and first["cold_bytes"] == 60 * 2000
+    # On failure, the split: each stream's row, and what the consumers read past the node cache.
+    split = (f"epoch 0: {first}; epoch 1: {second}; consumers: {dict(dataset.consumer_stats)}; "
+             f"streams: {dataset.cache_stats()['finished_streams']}")
+    assert first["cold_gets"] == 60 and first["cold_bytes"] == 60 * 2000, split
     assert second["accesses"] == 60 and second["hot_hits"] == 60
     assert second["cold_bytes"] == 0 and second["cold_gets"] == 0
 

@@ -42,7 +42,8 @@ class NodeAccounting:
         accesses: Decayed counts and the policies that hear of each access; the hot tier's
             levels listen to it.
         stats: The node's counters (see :mod:`tierload.cache.stats`).
-        finished: Stats rows of the last closed streams.
+        finished: The last closed streams, as ``(row without counters, the stream's live
+            counters)``; :meth:`finished_rows` joins them.
         latencies: ``(source, seconds)`` of finished fetches, drained by :meth:`take_latencies`.
     """
 
@@ -113,11 +114,29 @@ class NodeAccounting:
         self._recording = [] if enabled else None
         return recorded
 
+    def stream_closed(self, stream: Stream) -> None:
+        """Keep ``stream`` among the finished streams (call under the lock).
+
+        Its counters are kept by reference, not copied: a fetch's tally is added under the lock
+        only after its block is in the hot tier, where a consumer may read it at once, pass the
+        last position and so close the stream first. That tally (a cold GET, its bytes, the hit
+        counter) still belongs to this stream and its epoch; a copy made at close would miss it.
+        """
+        self.finished.append((self._progress_row(stream), stream.stats))
+
+    def finished_rows(self) -> list[dict]:
+        """Rows of the finished streams, with their counters as they are now (call under the lock)."""
+        return [{**row, **dict(stats)} for row, stats in self.finished]
+
     @staticmethod
     def stream_row(stream: Stream) -> dict:
         """A stream's progress and counters, as :meth:`NodeCache.stream_stats` lists them
         (``lead_blocks``, ``lead_positions``: how far prefetching is ahead of the consumers)."""
+        return {**NodeAccounting._progress_row(stream), **dict(stream.stats)}
+
+    @staticmethod
+    def _progress_row(stream: Stream) -> dict:
         lead_blocks, lead_positions = stream.lead()
         return {"stream_id": stream.stream_id, "dataset_id": stream.dataset_id, "epoch": stream.epoch,
                 "cursor": stream.cursor, "consume_len": stream.consume_len, "finished": stream.finished,
-                "lead_blocks": lead_blocks, "lead_positions": lead_positions, **dict(stream.stats)}
+                "lead_blocks": lead_blocks, "lead_positions": lead_positions}

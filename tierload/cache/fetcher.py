@@ -53,6 +53,10 @@ ACQUIRE_TIMEOUT_S = 600.0
 # Threads for the blocking steps of a fetch (peer and warm reads, hot-tier writes); cold
 # reads, the ones that wait on the network longest, need none.
 BLOCKING_THREADS = 8
+# Seconds a stats reader waits at most for the tallies of fetches whose stream has finished:
+# their blocks are already in the hot tier, only the hand-back under the lock is left (a
+# moment, or a few seconds on a starved machine).
+TALLY_WAIT_S = 5.0
 
 
 @dataclass
@@ -171,6 +175,22 @@ class Fetcher:
                 raise ServiceError(f"block {key} was not fetched within {ACQUIRE_TIMEOUT_S:.0f}s",
                                    where=f"node cache on node {self.node_id}")
             self._cond.wait(min(remaining, 1.0))
+
+    def wait_for_finished_tallies(self, timeout_s: float) -> None:
+        """Wait (the lock released meanwhile) up to ``timeout_s`` seconds until no fetch done for
+        a finished stream still owes it its tally.
+
+        A fetch places its block in the hot tier before it hands back its tally; a consumer
+        that reads the block there at once may finish the stream in between, and a reader of
+        that epoch's counters right after would miss the fetch's cold GET.
+        """
+        deadline = time.monotonic() + timeout_s
+        while any(fetch.stream is not None and fetch.stream.finished and fetch.block is not None
+                  for fetch in self._inflight.values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
 
     def release(self, key: str) -> None:
         """Drop one pin; a block nobody needs any more leaves memory if the hot tier refused it."""

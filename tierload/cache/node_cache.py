@@ -35,7 +35,7 @@ from tierload.cache.channel import ChannelServer
 from tierload.cache.control_dir import control_dir
 from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.cache.endpoint import channel_address, clear_stale_endpoint, publish_endpoint, withdraw_endpoint
-from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, Fetcher
+from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, TALLY_WAIT_S, Fetcher
 from tierload.cache.hot_tier import HotTier
 from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
 from tierload.cache.oracle import PlanOracle
@@ -367,7 +367,7 @@ class NodeCache:
                 "pid": os.getpid(),
                 "staged_bytes": fetches["staged_bytes"],
                 "streams": self._streams.rows(),
-                "finished_streams": list(self._accounting.finished),
+                "finished_streams": self._accounting.finished_rows(),
             }
         if self._sync is not None:
             result["sync"] = dict(self._sync.stats)
@@ -395,9 +395,12 @@ class NodeCache:
         return node_samples(stats, self._lead_clock.leads(positions), latencies)
 
     def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
-        """Stats of open and recently closed streams, optionally of one dataset."""
+        """Stats of open and recently closed streams, optionally of one dataset; a finished
+        stream's counters include the tallies of its last fetches (waited for up to
+        :data:`~tierload.cache.fetcher.TALLY_WAIT_S`)."""
         with self._cond:
-            rows = self._streams.rows() + list(self._accounting.finished)
+            self._fetcher.wait_for_finished_tallies(TALLY_WAIT_S)
+            rows = self._streams.rows() + self._accounting.finished_rows()
         return [row for row in rows if dataset_id is None or row["dataset_id"] == dataset_id]
 
     def close(self) -> None:

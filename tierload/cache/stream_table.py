@@ -236,7 +236,7 @@ class StreamTable:
             self._release(stream, run)
         self._streams.pop(stream.stream_id, None)
         self._last_active.pop(stream.stream_id, None)
-        self._accounting.finished.append(self._accounting.stream_row(stream))
+        self._accounting.stream_closed(stream)
         if stream.num_runs > stream.consume_runs:
             # Keep the look-ahead (the next epoch's order) visible to the clairvoyant policy until
             # that epoch's stream opens; otherwise every block looks unneeded between epochs.
