@@ -8,6 +8,7 @@ epoch of misses (the hot tier) or after downloading what cannot be kept (``tierl
 
 from __future__ import annotations
 
+import heapq
 import logging
 from typing import Iterable, Sequence
 
@@ -34,7 +35,7 @@ def prefetch_window_bytes(lengths: Sequence[int], depth_blocks: int, depth_bytes
     """
     if depth_blocks <= 0 or not lengths:
         return 0
-    largest_first = sorted(lengths, reverse=True)[:depth_blocks]
+    largest_first = heapq.nlargest(depth_blocks, lengths)  # O(n log k): no sort of every block at start-up
     return max(min(sum(largest_first), depth_bytes), largest_first[0])
 
 
