@@ -76,6 +76,33 @@ def test_to_device_moves_nested_tensors_and_leaves_the_rest():
     assert choose_path(None) == ("cpu", "no device requested")
 
 
+def test_a_raw_files_sample_becomes_a_uint8_tensor_on_the_device_whatever_path_read_it():
+    """A ``files`` sample read on the host (bytes) must have the type a kvikio hit has (a uint8
+    tensor on the device): one epoch mixes misses and hits."""
+    from tierload.gpu import sample_to_device
+
+    for raw in (b"", b"\x00\xffab", bytearray(b"xyz"), memoryview(b"0123")[1:3]):
+        moved = sample_to_device(raw, "cpu")
+        assert isinstance(moved, torch.Tensor) and moved.dtype == torch.uint8 and moved.shape == (len(raw),)
+        assert moved.numpy().tobytes() == bytes(raw)
+    tensor = torch.arange(3)
+    assert sample_to_device(tensor, "cpu") is tensor
+
+
+@needs_cuda
+def test_a_files_dataset_on_cuda_yields_uint8_gpu_tensors_for_misses_and_hits(bucket, tier_config, make_dataset):
+    name, fs = bucket
+    objects = {f"{name}/raw/c{i % 3}/{i:03d}.bin": bytes([i]) * (i % 5) for i in range(30)}  # zero-byte ones too
+    fs.pipe(objects)
+    fs.invalidate_cache()
+    dataset = make_dataset(f"s3://{name}/raw", tier_config(manifest={"pack_target_bytes": 16}), layout="files",
+                           device="cuda")
+    for _epoch in range(2):  # epoch 1 misses (host reads), epoch 2 hits (kvikio where usable)
+        got = [sample for sample, _ in dataset]
+        assert all(s.is_cuda and s.dtype == torch.uint8 for s in got)
+        assert sorted(s.cpu().numpy().tobytes() for s in got) == sorted(objects.values())
+
+
 @needs_cuda
 def test_cuda_device_returns_gpu_tensors_in_the_main_process(npy_dataset):
     make, rows = npy_dataset

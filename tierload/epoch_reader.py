@@ -98,8 +98,9 @@ class EpochReader:
         decoder = dataset._decoder
         if decoder is None:  # kept on the dataset: built once per process, not once per epoch
             decoder = dataset._decoder = manifest.decoder(dataset.config.manifest.label_column, dataset.columns)
-        device, kvikio = dataset._output.prepare(self.info is not None,
-                                                 layout_spec(manifest.layout).supports_direct_read)
+        direct_layout = layout_spec(manifest.layout).supports_direct_read
+        device, kvikio = dataset._output.prepare(self.info is not None, direct_layout)
+        block_device = device if direct_layout else None  # pinned-copy path: whole blocks to the device
         reader = BlockReader(link, direct=dataset._direct_source, reopen=self._open)
         decoded: OrderedDict[int, Any] = OrderedDict()
         keep_decoded = 1 if dataset._reuse_gap() == 1 else dataset.window_blocks + 2
@@ -117,15 +118,21 @@ class EpochReader:
                                 if kvikio else None)
                     if raw is None:
                         raw = reader.read(self.stream_id, self.worker, position, block_key)
+                        if block_device is not None:
+                            from tierload.gpu import block_to_device
+
+                            raw = block_to_device(raw, block_device)
+                    else:
+                        dataset.consumer_stats["device_direct_reads"] += 1
                     samples = decoder.decode(block_id, raw)
                     decoded[block_id] = samples
                     if len(decoded) > keep_decoded:
                         decoded.popitem(last=False)
                 sample, label = samples[int(sample_index[sample_id])]
                 if device is not None:
-                    from tierload.gpu import to_device
+                    from tierload.gpu import sample_to_device
 
-                    sample = to_device(sample, device)
+                    sample = sample_to_device(sample, device)
                 if dataset.transform is not None:
                     sample = dataset.transform(sample)
                 progress.yielded = index + 1

@@ -8,13 +8,18 @@ as ``device_path`` in :meth:`~tierload.dataset.TieredDataset.cache_stats`:
 * ``"kvikio-compat"``: kvikio is installed but GDS is not usable here (no ``libcufile``, no
   ``/run/udev`` in a container ...): kvikio's compatibility mode reads with POSIX into a
   bounce buffer and copies to the GPU, still without a Python ``bytes`` copy.
-* ``"pinned-copy"``: no kvikio: the block is read and decoded on the host, each tensor is
-  copied into pinned (page-locked) memory and sent with an asynchronous ``non_blocking`` copy.
+* ``"pinned-copy"``: no kvikio: the block is read and checked on the host. For the ``npy``
+  and ``files`` layouts the whole block is copied into pinned (page-locked) memory and sent
+  with one asynchronous ``non_blocking`` copy, then decoded on the device
+  (:func:`block_to_device`); other layouts are decoded on the host and each tensor is sent
+  through pinned memory.
 * ``"cpu"``: no device was asked for (or CUDA is not available: a warning says so).
 
 Only blocks whose samples are plain arrays go the kvikio way (the ``npy`` layout's rows and
 the ``files`` layout's raw bytes); images, Parquet rows and tar samples are decoded on the
-host and take the pinned path. The kvikio path checks the block file's header (key, sizes),
+host and take the pinned path. With a device, a ``files`` sample is a 1-D uint8 tensor on
+that device whichever path served it (:func:`sample_to_device`): a hit read by kvikio and a
+miss read on the host give the same type. The kvikio path checks the block file's header (key, sizes),
 then the payload against its keyed checksum like every other path: the bytes that landed in
 GPU memory are copied back once into a pinned host buffer and hashed there (:class:`HostCheck`),
 so a forged or corrupt hot file never reaches the model. Hashing the bytes on the GPU itself is
@@ -34,6 +39,7 @@ import logging
 import os
 from typing import Any
 
+import numpy as np
 import torch
 
 from tierload.blockfile import HEADER_SIZE, PAYLOAD_OFFSET, FrameHeader, check_payload, parse_header
@@ -108,6 +114,45 @@ def to_device(obj: Any, device: str | torch.device, *, pin: bool = True) -> Any:
         items = [to_device(value, device, pin=pin) for value in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     return obj
+
+
+def block_to_device(raw: Any, device: str | torch.device) -> torch.Tensor:
+    """A block's raw bytes, read and checked on the host, as a uint8 tensor on ``device``.
+
+    One copy into pinned memory and one asynchronous DMA per block, so the samples decoded from
+    it are views already on the device: a per-sample pin and copy costs more than the sample
+    for rows or files of a few KiB (measured in ``benchmarks/gpu_e2e.py``). Used on the
+    ``pinned-copy`` path for layouts whose blocks decode from a device buffer.
+
+    Args:
+        raw: The block's payload (bytes-like), shape ``(n,)`` bytes.
+        device: The CUDA device.
+
+    Returns:
+        ``torch.uint8`` tensor of shape ``(n,)`` on ``device``.
+    """
+    source = np.frombuffer(raw, dtype=np.uint8)
+    staging = torch.empty(source.size, dtype=torch.uint8, pin_memory=True)
+    staging.numpy()[:] = source
+    return staging.to(device, non_blocking=True)
+
+
+def sample_to_device(sample: Any, device: str | torch.device) -> Any:
+    """One decoded sample on ``device``: raw bytes (the ``files`` layout) become a 1-D uint8
+    tensor first, so a sample's type does not depend on whether kvikio or the host read it;
+    everything else goes through :func:`to_device`.
+
+    Args:
+        sample: A decoded sample: a tensor, nested containers of tensors, or bytes-like.
+        device: The output device.
+
+    Returns:
+        The sample with every tensor on ``device`` (bytes-like: ``torch.uint8`` of shape ``(len,)``).
+    """
+    if isinstance(sample, (bytes, bytearray, memoryview)):
+        # a copy: the slice points into a block buffer that is dropped after its samples are used
+        sample = torch.from_numpy(np.frombuffer(sample, dtype=np.uint8).copy())
+    return to_device(sample, device)
 
 
 class HostCheck:
