@@ -88,8 +88,8 @@ def test_a_fresh_hot_tier_reads_packs_from_warm_without_a_cold_request(bucket, t
     first = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm="1MiB", manifest=PACKS), layout="files")
     assert _epoch(first, 0) == (payloads, 1)
     land_warm_writes(first)
-    other_node = tier_config(hot="1MiB", warm="1MiB", manifest=PACKS)
-    other_node = other_node.model_copy(update={"hot": other_node.hot.model_copy(update={"dir": str(tmp_path / "hot2")})})
+    config = tier_config(hot="1MiB", warm="1MiB", manifest=PACKS)
+    other_node = config.model_copy(update={"hot": config.hot.model_copy(update={"dir": str(tmp_path / "hot2")})})
     second = make_dataset(f"s3://{name}/ds", other_node, layout="files")
     assert [b.key for b in second.manifest.blocks] == [b.key for b in first.manifest.blocks]
     assert _epoch(second, 0) == (payloads, 1)

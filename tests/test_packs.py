@@ -268,3 +268,39 @@ def test_mixed_packs_refer_to_listing_rows_and_the_file_holds_the_listing_once(t
                            neighbours.labels, neighbours.classes), tmp_path / "n.arrow")
     second_copy = sum(len(o.url) + len(o.version) for o in objects)  # what a reordered copy would add
     assert os.path.getsize(tmp_path / "m.arrow") < os.path.getsize(tmp_path / "n.arrow") + second_copy / 4
+
+
+def test_a_member_changed_to_the_same_size_fails_its_pack_by_its_etag(bucket, tier_config, make_dataset):
+    """Only the ETag tells this change: the member keeps its size, so no length check can catch it."""
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/ds", 24, size=600)
+    config = tier_config(hot=0, warm=None, manifest=PACKS)
+    first = make_dataset(f"s3://{name}/ds", config, layout="files")
+    assert first.manifest.num_packs >= 2
+    same_size = b"00000007" + os.urandom(592)
+    fs.pipe_file(f"{name}/ds/0/obj-000007.bin", same_size)
+    fs.invalidate_cache()
+    stale = make_dataset(f"s3://{name}/ds", config, layout="files")  # cached manifest, old ETag
+    with pytest.raises(SourceChangedError):
+        _samples(stale)
+    fresh = make_dataset(f"s3://{name}/ds", config, layout="files", refresh_manifest=True)
+    assert _samples(fresh) == {**dict(enumerate(payloads)), 7: same_size}
+
+
+def test_a_local_member_rewritten_in_place_fails_its_pack_by_its_mtime(ray_session, tier_config, make_dataset,
+                                                                        tmp_path):
+    """``file://``: a member's version is its mtime and size; a same-size rewrite changes the mtime."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for index in range(40):
+        (source / f"obj-{index:06d}.bin").write_bytes(f"{index:08d}".encode() + bytes(400))
+    config = tier_config(hot=0, warm=None, manifest=PACKS)
+    first = make_dataset(f"file://{source}", config, layout="files", storage_options={})
+    assert first.manifest.num_packs >= 2
+    victim = source / "obj-000003.bin"
+    before = victim.stat()
+    victim.write_bytes(b"00000003" + os.urandom(400))
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # a second later, whatever the clock
+    stale = make_dataset(f"file://{source}", config, layout="files", storage_options={})
+    with pytest.raises(SourceChangedError):
+        _samples(stale)
