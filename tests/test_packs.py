@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from tierload.config import ManifestConfig
 from tierload.errors import SourceChangedError
 from tierload.manifest import build_manifest
+from tierload.order import worker_positions
 from tierload.packs import PackIndex, group_objects
 from tierload.stores.cold import ColdSource, ObjectInfo
 
@@ -101,6 +102,10 @@ def test_packs_round_trip_exactly_over_s3_across_ranks_and_workers(bucket, tier_
                 got[index_of(sample)] = bytes(sample)
     half = -(-manifest.num_samples // 2)
     assert manifest.sample_block[half - 1] == manifest.sample_block[half]  # one pack serves both ranks
+    mine = dataset.rank_order(0)  # the last rank's slice, split between its 2 workers as EpochReader splits it
+    per_worker = [{int(manifest.sample_block[mine[p]]) for p in worker_positions(len(mine), worker_id=w, num_workers=2,
+                                                                               chunk=4)} for w in range(2)]
+    assert per_worker[0] & per_worker[1]  # and packs whose samples both DataLoader workers of a rank read
     assert any(b.members is not None and 0 in b.members.sizes[1:-1] for b in manifest.blocks)
     assert empties == 1 and got == payloads
 
