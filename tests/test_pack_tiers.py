@@ -117,3 +117,34 @@ def test_a_dataset_hands_its_node_cache_the_manifest_file_it_mapped(bucket, tier
     elsewhere = DatasetRegistration(manifest.dataset_id, dataset._cold, BlockTable.of([]),
                                     manifest_path=str(path) + ".missing")
     assert dataset._link.call("register_dataset", elsewhere) is False  # then the dataset sends the blocks
+
+
+_opened: list[str] | None = None  # paths opened while a test records (an audit hook stays for the process)
+
+
+def _record_opens(event: str, args: tuple) -> None:
+    if event == "open" and _opened is not None and isinstance(args[0], (str, os.PathLike)):
+        _opened.append(os.fspath(args[0]))
+
+
+def test_a_hot_pack_is_opened_once_for_all_of_its_samples(bucket, tier_config, make_dataset, tmp_path):
+    """A hot epoch (block-aware shuffle, the default) opens each pack's file once, not once per
+    sample: its samples are slices of that one read. Counted with Python's ``open`` audit event."""
+    import sys
+
+    global _opened
+    name, fs = bucket
+    payloads = _put_with_an_empty_member(fs, f"{name}/ds", 40)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None, manifest=PACKS), layout="files")
+    assert _epoch(dataset, 0) == (payloads, 1)  # fills the hot tier
+    sys.addaudithook(_record_opens)
+    _opened = []
+    try:
+        assert _epoch(dataset, 1) == (payloads, 1)
+        hot_opens = [path for path in _opened if path.startswith(str(tmp_path / "hot"))
+                     and not os.path.basename(path).startswith(".tierload")]  # not the checksum key's copy
+    finally:
+        _opened = None
+    assert dataset.epoch_stats(1).get("cold_gets", 0) == 0
+    keys = [block.key for block in dataset.manifest.blocks]
+    assert sorted(os.path.basename(path) for path in hot_opens) == sorted(keys)  # 41 samples, one open per pack
