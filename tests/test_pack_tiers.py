@@ -148,3 +148,22 @@ def test_a_hot_pack_is_opened_once_for_all_of_its_samples(bucket, tier_config, m
     assert dataset.epoch_stats(1).get("cold_gets", 0) == 0
     keys = [block.key for block in dataset.manifest.blocks]
     assert sorted(os.path.basename(path) for path in hot_opens) == sorted(keys)  # 41 samples, one open per pack
+
+
+def test_sample_shuffle_over_packs_is_warned_about_and_block_aware_shuffle_is_not(bucket, tier_config, make_dataset,
+                                                                                   caplog):
+    """docs/packs.md: sample-level shuffle reads a pack again for most samples once it leaves the
+    decoded window; a dataset asked for it says so."""
+    import logging
+
+    name, fs = bucket
+    payloads = _put_with_an_empty_member(fs, f"{name}/ds", 40)
+    config = tier_config(hot="1MiB", warm=None, manifest=PACKS)
+    with caplog.at_level(logging.WARNING, logger="tierload.dataset"):
+        block_aware = make_dataset(f"s3://{name}/ds", config, layout="files")
+        assert not [r for r in caplog.records if "shuffle='sample'" in r.getMessage()]
+        sample = make_dataset(f"s3://{name}/ds", config, layout="files", shuffle="sample")
+    warned = [r.getMessage() for r in caplog.records if "shuffle='sample'" in r.getMessage()]
+    assert len(warned) == 1 and f"over {sample.manifest.num_packs} packs" in warned[0]
+    assert block_aware.manifest.num_packs == sample.manifest.num_packs >= 4
+    assert _epoch(sample, 0) == (payloads, 1)  # still every sample exactly, only slower
