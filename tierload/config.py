@@ -215,7 +215,7 @@ class ManifestConfig(_Frozen):
     exclude: tuple[str, ...] = ("_SUCCESS", "_common_metadata", "_metadata")
     # Tar shards and .npy files larger than this are cached as byte-range blocks of about this size.
     block_bytes: int = 64 * 2**20
-    # files/imagefolder: objects smaller than this are grouped, in listing order, into packs
+    # files/imagefolder: objects smaller than this are grouped (in pack_order) into packs
     # (one tier block each) of about pack_target_bytes; pack_target_bytes: 0 turns packing off.
     pack_threshold_bytes: int = 2**20
     pack_target_bytes: int = 8 * 2**20
