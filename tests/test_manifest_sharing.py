@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from tierload.layouts.objects import plan_objects
@@ -101,6 +102,7 @@ def test_forked_workers_walk_a_packed_manifest_without_copying_it(tmp_path):
     assert max(growth) < BOUND_MB
 
 
+@pytest.mark.slow  # validates the measurement, not the library: run with -m slow after changing the walk
 def test_the_walk_sees_copy_on_read_of_a_block_per_sample(tmp_path):
     """The control: one ``Block`` (and its strings) per sample, the manifest the issue measured
     (and still what packing off gives), is copied into each worker: the walk can see it. Should
