@@ -309,3 +309,27 @@ def test_a_local_member_rewritten_in_place_fails_its_pack_by_its_mtime(ray_sessi
     stale = make_dataset(f"file://{source}", config, layout="files", storage_options={})
     with pytest.raises(SourceChangedError):
         _samples(stale)
+
+
+def test_a_zero_byte_file_inside_a_pack_over_file_urls(ray_session, tier_config, make_dataset, tmp_path):
+    """``file://`` reads a zero-byte member as no bytes (no read past it, no shifted neighbour), cold and hot."""
+    source = tmp_path / "src"
+    source.mkdir()
+    payloads = {}
+    for index in range(30):
+        payloads[index] = f"{index:08d}".encode() + os.urandom(300 + 7 * index)
+        (source / f"obj-{index:06d}.bin").write_bytes(payloads[index])
+    (source / "obj-000010-empty.bin").write_bytes(b"")
+    config = tier_config(manifest={**PACKS, "pack_order": "listing"})
+    dataset = make_dataset(f"file://{source}", config, layout="files", storage_options={})
+    assert any(b.members is not None and 0 in b.members.sizes[1:-1] for b in dataset.manifest.blocks)
+    for epoch in range(2):  # cold, then hot
+        dataset.set_epoch(epoch)
+        got, empties = {}, 0
+        for samples, _ in DataLoader(dataset, batch_size=4, collate_fn=_collect):
+            for sample in samples:
+                if len(sample) == 0:
+                    empties += 1
+                else:
+                    got[index_of(sample)] = bytes(sample)
+        assert empties == 1 and got == payloads
