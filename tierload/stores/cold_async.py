@@ -11,8 +11,8 @@ when to retry is :mod:`tierload.stores.retry`'s decision (the only retry layer: 
 built with one attempt), and its :class:`~tierload.stores.retry.AdaptiveLimit` is the
 in-flight limit (halved on ``SlowDown``).
 
-Each GET goes the lean way where it can (:mod:`tierload.stores.s3_lean`: botocore's signer and
-one shared aiohttp pool, a small fraction of aiobotocore's CPU per request), else through
+Each GET goes the lean way where it can (:mod:`tierload.stores.s3_lean`: a SigV4 signer and
+one shared connection pool, a small fraction of aiobotocore's CPU per request), else through
 aiobotocore (``cold.lean_gets=False``, or options the lean path does not reproduce).
 """
 
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tierload.errors import CredentialsExpiredError, SourceChangedError, TransientBackendError
 from tierload.stores import s3_lean
 from tierload.stores.cold_errors import error_code, exception_chain, translate_error
+from tierload.stores.http_pool import shared_pool
 from tierload.stores.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
 
 if TYPE_CHECKING:
@@ -227,7 +228,7 @@ class S3RangeReader:
         route = await self._route(fs, bucket) if config.lean_gets else None
         if route is not None:
             try:
-                return await s3_lean.get(route, s3_lean.shared_session(config.max_in_flight), key, start, end,
+                return await s3_lean.get(route, shared_pool(config.max_in_flight), key, start, end,
                                          if_match)
             except s3_lean.WrongRegionError as exc:
                 await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))
