@@ -121,7 +121,8 @@ class S3RangeReader:
 
     def __init__(self, source: ColdSource) -> None:
         self._source = source
-        self._routes: dict[str, tuple[Any, s3_lean.S3Route | None]] = {}
+        # bucket -> (filesystem, its route's lookup): one lookup shared by a pack's thousands of GETs
+        self._routes: dict[str, tuple[Any, asyncio.Future]] = {}
 
     async def read_ranges(self, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         """The bytes of every request, in request order, all fetched concurrently.
@@ -232,16 +233,27 @@ class S3RangeReader:
                                          if_match)
             except s3_lean.WrongRegionError as exc:
                 await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))
-                self._routes[bucket] = (fs, None)
+                none: asyncio.Future = asyncio.get_running_loop().create_future()
+                none.set_result(None)
+                self._routes[bucket] = (fs, none)
         return await self._get_object_aiobotocore(bucket, key, if_match, start, end)
 
     async def _route(self, fs: Any, bucket: str) -> s3_lean.S3Route | None:
-        # Looked up once per bucket and filesystem for this reader (one read_ranges call): a
+        # Looked up once per bucket and filesystem for this reader (one read_ranges call), by the
+        # first request; the others await that lookup instead of each starting their own. A
         # credential refresh replaces the filesystem, so its requests find the new client's.
         cached = self._routes.get(bucket)
         if cached is None or cached[0] is not fs:
-            cached = self._routes[bucket] = (fs, await s3_lean.route_for(fs, bucket))
-        return cached[1]
+            cached = self._routes[bucket] = (fs, asyncio.ensure_future(s3_lean.route_for(fs, bucket)))
+        lookup = cached[1]
+        if lookup.done() and lookup.exception() is None:
+            return lookup.result()
+        try:
+            return await asyncio.shield(lookup)  # a cancelled request must not cancel the others' lookup
+        except Exception:
+            if self._routes.get(bucket) is cached:
+                del self._routes[bucket]  # a failed lookup is tried again by the next request
+            raise
 
     async def _get_object_aiobotocore(self, bucket: str, key: str, if_match: str | None, start: int,
                                       end: int) -> tuple[bytes, int | None]:
