@@ -121,6 +121,9 @@ class S3RangeReader:
 
     def __init__(self, source: ColdSource) -> None:
         self._source = source
+        # Looked up once per reader (one read_ranges call, one event loop), not once per GET.
+        self._endpoint = source.location.endpoint_url
+        self._limit: AdaptiveLimit | None = None
         # bucket -> (filesystem, its route's lookup): one lookup shared by a pack's thousands of GETs
         self._routes: dict[str, tuple[Any, asyncio.Future]] = {}
 
@@ -151,18 +154,21 @@ class S3RangeReader:
     async def _get_with_retries(self, url: str, bucket: str, key: str, version: str, start: int, end: int,
                                 tally: dict) -> bytes:
         source, config = self._source, self._source.config
-        budget = RetryBudget(config.max_attempts, config.outage_budget_s, source.location.endpoint_url)
+        budget: RetryBudget | None = None  # made at the first failure: most GETs never need one
         refreshed = False
         while True:
             generation = source.credentials_generation
             try:
-                data = await self._get_counted(url, bucket, key, version, start, end, tally, budget.attempts > 0)
+                data = await self._get_counted(url, bucket, key, version, start, end, tally,
+                                               budget is not None and budget.attempts > 0)
             except _FailedRequest as failed:
                 error, failure = failed.error, failed.failure
                 if isinstance(error, CredentialsExpiredError) and config.credential_provider and not refreshed:
                     source.refresh_credentials(generation)
                     refreshed = True
                     continue
+                if budget is None:
+                    budget = RetryBudget(config.max_attempts, config.outage_budget_s, self._endpoint)
                 delay = budget.after_failure(failure)
                 name = f"cold_errors_{failure.value}"
                 tally[name] = tally.get(name, 0) + 1
@@ -184,7 +190,9 @@ class S3RangeReader:
                            tally: dict, retry: bool = False) -> bytes:
         """One request, counted in ``tally`` and in the in-flight limit (``retry``: at the front of its
         queue); failures as :class:`_FailedRequest`."""
-        limit = _in_flight_limit(self._source.config.max_in_flight)
+        limit = self._limit
+        if limit is None:
+            limit = self._limit = _in_flight_limit(self._source.config.max_in_flight)
         token = await limit.acquire(retry)
         outcome: Failure | None = Failure.FINAL
         tally["cold_gets"] = tally.get("cold_gets", 0) + 1
@@ -199,11 +207,11 @@ class S3RangeReader:
             error = translate_error(exc, url)
             outcome = classify(error, error_code(exc), (type(cause).__name__ for cause in exception_chain(exc)))
             if outcome in (Failure.FINAL, Failure.THROTTLED):  # the endpoint answered
-                HEALTH.answered(self._source.location.endpoint_url)
+                HEALTH.answered(self._endpoint)
             raise _FailedRequest(error, outcome, exc) from exc
         finally:
             limit.release(token, outcome)
-        HEALTH.answered(self._source.location.endpoint_url)
+        HEALTH.answered(self._endpoint)
         tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
         return data
 
