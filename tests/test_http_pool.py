@@ -72,6 +72,10 @@ class ScriptedServer:
         elif kind == "chunked":
             writer.write(b"HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n"
                          b"Content-Range: bytes 0-9/99\r\n\r\n3\r\nabc\r\n7\r\ndefghij\r\n0\r\n\r\n")
+        elif kind == "then-close":  # answers as if keeping the connection, then closes it (an idle timeout)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbye!")
+            await writer.drain()
+            return False
         elif kind == "close":
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
             await writer.drain()
@@ -146,6 +150,23 @@ def test_connection_close_is_honoured_and_the_next_request_gets_a_new_connection
 
         assert [answer.body for answer in run(main())] == [b"ok"] * 3
         assert server.accepted == 3
+
+
+def test_a_kept_alive_connection_the_server_closed_meanwhile_is_not_reused():
+    with ScriptedServer() as server:
+        origin = Origin("http", "127.0.0.1", server.port)
+
+        async def main():
+            pool = ConnectionPool(limit=1)
+            first = await pool.get(origin, request("/then-close"))
+            await asyncio.sleep(0.2)  # the server's close arrives while the connection is idle
+            second = await pool.get(origin, request("/bytes/7"), read_timeout_s=2)
+            pool.close()
+            return first, second
+
+        first, second = run(main())
+        assert (first.body, second.body) == (b"bye!", bytes(7))
+        assert server.accepted == 2
 
 
 def test_an_answer_cut_off_is_broken_and_the_pool_recovers():
