@@ -110,7 +110,8 @@ class S3Route:
         return self.prefix + percent_encode(key, safe="/~")
 
     async def headers(self, url: str, extra: dict[str, str]) -> dict[str, str]:
-        """``extra`` plus the SigV4 headers of a GET of ``url`` (built by :meth:`url`; none when unsigned)."""
+        """``Host``, ``extra`` and the SigV4 headers of a GET of ``url`` (built by :meth:`url`; no SigV4
+        headers when unsigned)."""
         if self.region is None:
             return {"Host": self.host, **extra}
         frozen = await self.credentials.get_frozen_credentials()
