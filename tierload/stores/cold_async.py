@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tierload.errors import CredentialsExpiredError, SourceChangedError, TransientBackendError
 from tierload.stores import s3_lean
 from tierload.stores.cold_errors import error_code, exception_chain, translate_error
-from tierload.stores.http_pool import shared_pool
+from tierload.stores.http_pool import ConnectionPool, shared_pool
 from tierload.stores.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
 
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ class S3RangeReader:
         # Looked up once per reader (one read_ranges call, one event loop), not once per GET.
         self._endpoint = source.location.endpoint_url
         self._limit: AdaptiveLimit | None = None
+        self._pool: ConnectionPool | None = None
         # bucket -> (filesystem, its route's lookup): one lookup shared by a pack's thousands of GETs
         self._routes: dict[str, tuple[Any, asyncio.Future]] = {}
 
@@ -237,8 +238,10 @@ class S3RangeReader:
         route = await self._route(fs, bucket) if config.lean_gets else None
         if route is not None:
             try:
-                return await s3_lean.get(route, shared_pool(config.max_in_flight), key, start, end,
-                                         if_match)
+                pool = self._pool
+                if pool is None:
+                    pool = self._pool = shared_pool(config.max_in_flight)
+                return await s3_lean.get(route, pool, key, start, end, if_match)
             except s3_lean.WrongRegionError as exc:
                 await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))
                 none: asyncio.Future = asyncio.get_running_loop().create_future()

@@ -22,6 +22,7 @@ import ssl
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
@@ -52,9 +53,11 @@ class Response:
     body: bytes
 
 
-@dataclass(frozen=True)
-class Origin:
-    """Where connections go: ``scheme`` (``http``/``https``), ``host`` and ``port``."""
+class Origin(NamedTuple):
+    """Where connections go: ``scheme`` (``http``/``https``), ``host`` and ``port``.
+
+    A tuple, so the pool's lookups by origin (several per GET) hash in C.
+    """
 
     scheme: str
     host: str
