@@ -9,7 +9,7 @@ instead of the client. Compared, on the same objects:
   calling ``ColdSource.read`` for one object at a time;
 * ``read_ranges`` through aiobotocore (``cold.lean_gets=False``): one call for all objects,
   ``cold.max_in_flight`` requests in flight;
-* ``read_ranges`` on the lean path (the default: botocore's signer, one shared aiohttp pool);
+* ``read_ranges`` on the lean path (the default: a SigV4 signer, one shared connection pool);
 * the rig's own ceiling: raw aiohttp GETs at the same number in flight, no S3 client, no signing.
 
 The issue's target for the lean path: >= 0.8x the rig's ceiling or >= 5,000 objects/s,

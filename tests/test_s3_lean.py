@@ -1,7 +1,7 @@
-"""The lean S3 GET path (botocore's signer, one shared aiohttp pool), on moto's server over HTTP.
+"""The lean S3 GET path (a SigV4 signer, one shared connection pool), on moto's server over HTTP.
 
 Every test goes through the fault-injecting proxy, which records each GET's client (the first
-word of its User-Agent: ``Python`` for aiohttp, i.e. the lean path; botocore's otherwise) and
+word of its User-Agent: ``tierload-lean`` for the lean path; botocore's otherwise) and
 whether it was signed, so a test can tell which path answered.
 """
 
@@ -24,7 +24,7 @@ from tierload.errors import (
     SourceNotFoundError,
 )
 
-LEAN = ("Python", True)  # aiohttp's User-Agent, signed
+LEAN = ("tierload-lean", True)  # the lean path's User-Agent, signed
 
 
 def only_lean(proxy) -> bool:
@@ -145,7 +145,7 @@ def test_anonymous_access_sends_unsigned_gets(s3, bucket):
         versions = {obj.url: obj.version for obj in source.list_objects()}
         got = source.read_ranges([(url, version, 1, 50) for url, version in versions.items()])
         assert got == [payloads[url.removeprefix("s3://")][1:51] for url in versions]
-        assert proxy.faults.clients == {("Python", False): 2}
+        assert proxy.faults.clients == {("tierload-lean", False): 2}
 
 
 def _read_in_child(source, request, results) -> None:

@@ -53,8 +53,8 @@ class ColdConfig(_Frozen):
     outage_budget_s: float = Field(default=60.0, ge=0)
     # Requests to the cold tier in flight at once per process (async I/O, not one thread each).
     max_in_flight: int = Field(default=256, ge=1, le=4096)
-    # S3 range GETs signed with botocore's signer and sent on one shared aiohttp pool (a small
-    # fraction of aiobotocore's CPU per request); False: every GET through aiobotocore.
+    # S3 range GETs signed as botocore signs them and sent on one shared pool of kept-alive
+    # connections (a small fraction of aiobotocore's CPU per request); False: every GET through aiobotocore.
     lean_gets: bool = True
     credential_provider: str | None = None
 

@@ -11,8 +11,8 @@ when to retry is :mod:`tierload.stores.retry`'s decision (the only retry layer: 
 built with one attempt), and its :class:`~tierload.stores.retry.AdaptiveLimit` is the
 in-flight limit (halved on ``SlowDown``).
 
-Each GET goes the lean way where it can (:mod:`tierload.stores.s3_lean`: botocore's signer and
-one shared aiohttp pool, a small fraction of aiobotocore's CPU per request), else through
+Each GET goes the lean way where it can (:mod:`tierload.stores.s3_lean`: a SigV4 signer and
+one shared connection pool, a small fraction of aiobotocore's CPU per request), else through
 aiobotocore (``cold.lean_gets=False``, or options the lean path does not reproduce).
 """
 
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tierload.errors import CredentialsExpiredError, SourceChangedError, TransientBackendError
 from tierload.stores import s3_lean
 from tierload.stores.cold_errors import error_code, exception_chain, translate_error
+from tierload.stores.http_pool import ConnectionPool, shared_pool
 from tierload.stores.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
 
 if TYPE_CHECKING:
@@ -120,7 +121,12 @@ class S3RangeReader:
 
     def __init__(self, source: ColdSource) -> None:
         self._source = source
-        self._routes: dict[str, tuple[Any, s3_lean.S3Route | None]] = {}
+        # Looked up once per reader (one read_ranges call, one event loop), not once per GET.
+        self._endpoint = source.location.endpoint_url
+        self._limit: AdaptiveLimit | None = None
+        self._pool: ConnectionPool | None = None
+        # bucket -> (filesystem, its route's lookup): one lookup shared by a pack's thousands of GETs
+        self._routes: dict[str, tuple[Any, asyncio.Future]] = {}
 
     async def read_ranges(self, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         """The bytes of every request, in request order, all fetched concurrently.
@@ -149,18 +155,21 @@ class S3RangeReader:
     async def _get_with_retries(self, url: str, bucket: str, key: str, version: str, start: int, end: int,
                                 tally: dict) -> bytes:
         source, config = self._source, self._source.config
-        budget = RetryBudget(config.max_attempts, config.outage_budget_s, source.location.endpoint_url)
+        budget: RetryBudget | None = None  # made at the first failure: most GETs never need one
         refreshed = False
         while True:
             generation = source.credentials_generation
             try:
-                data = await self._get_counted(url, bucket, key, version, start, end, tally, budget.attempts > 0)
+                data = await self._get_counted(url, bucket, key, version, start, end, tally,
+                                               budget is not None and budget.attempts > 0)
             except _FailedRequest as failed:
                 error, failure = failed.error, failed.failure
                 if isinstance(error, CredentialsExpiredError) and config.credential_provider and not refreshed:
                     source.refresh_credentials(generation)
                     refreshed = True
                     continue
+                if budget is None:
+                    budget = RetryBudget(config.max_attempts, config.outage_budget_s, self._endpoint)
                 delay = budget.after_failure(failure)
                 name = f"cold_errors_{failure.value}"
                 tally[name] = tally.get(name, 0) + 1
@@ -182,7 +191,9 @@ class S3RangeReader:
                            tally: dict, retry: bool = False) -> bytes:
         """One request, counted in ``tally`` and in the in-flight limit (``retry``: at the front of its
         queue); failures as :class:`_FailedRequest`."""
-        limit = _in_flight_limit(self._source.config.max_in_flight)
+        limit = self._limit
+        if limit is None:
+            limit = self._limit = _in_flight_limit(self._source.config.max_in_flight)
         token = await limit.acquire(retry)
         outcome: Failure | None = Failure.FINAL
         tally["cold_gets"] = tally.get("cold_gets", 0) + 1
@@ -197,11 +208,11 @@ class S3RangeReader:
             error = translate_error(exc, url)
             outcome = classify(error, error_code(exc), (type(cause).__name__ for cause in exception_chain(exc)))
             if outcome in (Failure.FINAL, Failure.THROTTLED):  # the endpoint answered
-                HEALTH.answered(self._source.location.endpoint_url)
+                HEALTH.answered(self._endpoint)
             raise _FailedRequest(error, outcome, exc) from exc
         finally:
             limit.release(token, outcome)
-        HEALTH.answered(self._source.location.endpoint_url)
+        HEALTH.answered(self._endpoint)
         tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
         return data
 
@@ -227,20 +238,33 @@ class S3RangeReader:
         route = await self._route(fs, bucket) if config.lean_gets else None
         if route is not None:
             try:
-                return await s3_lean.get(route, s3_lean.shared_session(config.max_in_flight), key, start, end,
-                                         if_match)
+                pool = self._pool
+                if pool is None:
+                    pool = self._pool = shared_pool(config.max_in_flight)
+                return await s3_lean.get(route, pool, key, start, end, if_match)
             except s3_lean.WrongRegionError as exc:
                 await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))
-                self._routes[bucket] = (fs, None)
+                none: asyncio.Future = asyncio.get_running_loop().create_future()
+                none.set_result(None)
+                self._routes[bucket] = (fs, none)
         return await self._get_object_aiobotocore(bucket, key, if_match, start, end)
 
     async def _route(self, fs: Any, bucket: str) -> s3_lean.S3Route | None:
-        # Looked up once per bucket and filesystem for this reader (one read_ranges call): a
+        # Looked up once per bucket and filesystem for this reader (one read_ranges call), by the
+        # first request; the others await that lookup instead of each starting their own. A
         # credential refresh replaces the filesystem, so its requests find the new client's.
         cached = self._routes.get(bucket)
         if cached is None or cached[0] is not fs:
-            cached = self._routes[bucket] = (fs, await s3_lean.route_for(fs, bucket))
-        return cached[1]
+            cached = self._routes[bucket] = (fs, asyncio.ensure_future(s3_lean.route_for(fs, bucket)))
+        lookup = cached[1]
+        if lookup.done() and lookup.exception() is None:
+            return lookup.result()
+        try:
+            return await asyncio.shield(lookup)  # a cancelled request must not cancel the others' lookup
+        except Exception:
+            if self._routes.get(bucket) is cached:
+                del self._routes[bucket]  # a failed lookup is tried again by the next request
+            raise
 
     async def _get_object_aiobotocore(self, bucket: str, key: str, if_match: str | None, start: int,
                                       end: int) -> tuple[bytes, int | None]:

@@ -1,4 +1,4 @@
-"""One S3 range GET at a small fraction of aiobotocore's CPU: a lean SigV4 signer, one aiohttp pool.
+"""One S3 range GET at a small fraction of aiobotocore's CPU: a lean SigV4 signer, one connection pool.
 
 aiobotocore spends ~1 ms of CPU per ``get_object`` (parameter validation, endpoint rules,
 event hooks, user agent, response parsing), which caps a process near 800 GETs/s. A GET of a
@@ -10,7 +10,9 @@ virtual-host addressing) and the signing region and service, or show that reques
 (anonymous access). Each GET is then signed as botocore's ``S3SigV4Auth`` signs it
 (:mod:`tierload.stores.sigv4_get`, the signing key derived once a day) over the client's own
 credentials object (frozen per request, so refreshable credentials stay refreshable) and sent
-on one shared ``aiohttp.ClientSession`` per process and event loop.
+as one write on a kept-alive connection of one shared pool per process and event loop
+(:mod:`tierload.stores.http_pool`: asyncio transports and httptools' parser, without aiohttp's
+per-request objects).
 
 What this path does not handle is left to aiobotocore, decided once per filesystem or bucket,
 never per failed request (:func:`unsupported_reason`, :func:`route_for`): options that add
@@ -22,10 +24,7 @@ bucket that answers with a redirect to another region (botocore follows those).
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import logging
-import os
 import urllib.request
 import weakref
 from dataclasses import dataclass, field
@@ -33,13 +32,12 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 from xml.etree import ElementTree
 
-import aiohttp
 from botocore import UNSIGNED
 from botocore.auth import _host_from_url
 from botocore.utils import percent_encode
-from yarl import URL
 
 from tierload.errors import TransientBackendError
+from tierload.stores.http_pool import ConnectionPool, Origin, ResponseBrokenError
 from tierload.stores.sigv4_get import sign_get
 
 log = logging.getLogger(__name__)
@@ -53,6 +51,8 @@ _LEAN_CONFIG_KWARGS = {"connect_timeout", "read_timeout", "retries", "max_pool_c
 _LEAN_S3_CONFIG = {"addressing_style", "use_accelerate_endpoint", "us_east_1_regional_endpoint"}
 
 _PROBE_KEY = "tierload-route-probe"
+# Sent unsigned (SigV4 leaves User-Agent out), so S3's logs and a proxy can tell these GETs apart.
+_USER_AGENT = "User-Agent: tierload-lean\r\n"
 # Codes for error answers without an XML body (e.g. to a HEAD-like request or from a proxy).
 _CODE_OF_STATUS = {404: "NoSuchKey", 412: "PreconditionFailed", 403: "AccessDenied"}
 _REDIRECT_CODES = {"PermanentRedirect", "TemporaryRedirect", "AuthorizationHeaderMalformed",
@@ -84,30 +84,36 @@ class S3Route:
         region: Signing region; ``None`` when requests go unsigned (anonymous access).
         service: Signing service name (``s3``).
         credentials: The client's botocore credentials object (``None`` when unsigned).
-        timeout: Connect and per-read timeouts of the client's configuration.
+        connect_timeout_s: Seconds to open a connection (the client's ``connect_timeout``).
+        read_timeout_s: Seconds without bytes before an answer is given up (``read_timeout``).
         host: The ``Host`` header botocore signs for ``prefix`` (derived once, not per request).
         path: The path of ``prefix`` (the signed path of a key is this plus the encoded key).
+        origin: Where the connections go (scheme, host, port of ``prefix``).
     """
 
     prefix: str
     region: str | None
     service: str
     credentials: Any
-    timeout: aiohttp.ClientTimeout
+    connect_timeout_s: float | None
+    read_timeout_s: float | None
     host: str
     path: str = field(init=False)
+    origin: Origin = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", urlsplit(self.prefix).path)
+        object.__setattr__(self, "origin", Origin.of(self.prefix))
 
     def url(self, key: str) -> str:
         """The request URL of ``key``, percent-encoded as botocore encodes a key."""
         return self.prefix + percent_encode(key, safe="/~")
 
     async def headers(self, url: str, extra: dict[str, str]) -> dict[str, str]:
-        """``extra`` plus the SigV4 headers of a GET of ``url`` (built by :meth:`url`; none when unsigned)."""
+        """``Host``, ``extra`` and the SigV4 headers of a GET of ``url`` (built by :meth:`url`; no SigV4
+        headers when unsigned)."""
         if self.region is None:
-            return extra
+            return {"Host": self.host, **extra}
         frozen = await self.credentials.get_frozen_credentials()
         return sign_get(frozen, self.region, self.service, self.host, self.path + url[len(self.prefix):], extra)
 
@@ -183,15 +189,15 @@ async def _probe(client: Any, bucket: str) -> S3Route | None:
         log.info("S3 GETs of bucket %s go through aiobotocore: the lean path does not handle %s", bucket, why)
         return None
     prefix = endpoint.rstrip("/") + "/"
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout, sock_read=config.read_timeout)
+    timeouts = (config.connect_timeout, config.read_timeout)
     if auth_type == "none" or signature is UNSIGNED:
-        return S3Route(prefix, None, "s3", None, timeout, _host_from_url(prefix))
+        return S3Route(prefix, None, "s3", None, *timeouts, _host_from_url(prefix))
     credentials = client._get_credentials()
     if credentials is None:  # aiobotocore raises NoCredentialsError for each request, as before
         return None
     signing = context.get("signing", {})
     return S3Route(prefix, signing.get("region", client.meta.region_name), signing.get("signing_name", "s3"),
-                   credentials, timeout, _host_from_url(prefix))
+                   credentials, *timeouts, _host_from_url(prefix))
 
 
 def _env_proxy_for(url: str) -> str | None:
@@ -200,43 +206,13 @@ def _env_proxy_for(url: str) -> str | None:
     return None if proxy is None or urllib.request.proxy_bypass(parts.hostname or "") else proxy
 
 
-# One session per (process, event loop, pool size): created on the loop that uses it, never
-# inherited through fork (a child has another pid and its own loop).
-_sessions: dict[tuple[int, int, int], tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
-
-
-def shared_session(pool_size: int) -> aiohttp.ClientSession:
-    """The process's HTTP session on the running loop: ``pool_size`` kept-alive connections."""
-    loop = asyncio.get_running_loop()
-    key = (os.getpid(), id(loop), pool_size)
-    entry = _sessions.get(key)
-    if entry is None or entry[0] is not loop or entry[1].closed:
-        # No trust_env: it costs a thread hop per request (netrc); an endpoint behind an
-        # environment proxy never gets here (_probe leaves it to aiobotocore).
-        connector = aiohttp.TCPConnector(limit=pool_size, limit_per_host=0, ttl_dns_cache=60)
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                        skip_auto_headers=("Accept-Encoding",))
-        entry = _sessions[key] = (loop, session)
-    return entry[1]
-
-
-@atexit.register
-def _close_sessions() -> None:
-    for (pid, _, _), (loop, session) in list(_sessions.items()):
-        if pid == os.getpid() and loop.is_running() and not session.closed:
-            try:
-                asyncio.run_coroutine_threadsafe(session.close(), loop).result(1)
-            except Exception:  # noqa: BLE001 - best effort at exit; the OS closes the sockets anyway
-                pass
-
-
 def object_size(content_range: str | None) -> int | None:
     """The object's size in bytes from a ``Content-Range: bytes a-b/size`` value (``None``: not given)."""
     total = (content_range or "").rpartition("/")[2]
     return int(total) if total.isdigit() else None
 
 
-async def get(route: S3Route, session: aiohttp.ClientSession, key: str, start: int, end: int,
+async def get(route: S3Route, pool: ConnectionPool, key: str, start: int, end: int,
               if_match: str | None) -> tuple[bytes, int | None]:
     """Bytes ``[start, end)`` of ``key`` (the whole object when ``end == start``).
 
@@ -249,7 +225,7 @@ async def get(route: S3Route, session: aiohttp.ClientSession, key: str, start: i
         S3ErrorResponse: S3 answered with an error (its code, for ``translate_error``).
         WrongRegionError: The bucket is in another region (a redirect botocore would follow).
         TransientBackendError: The connection broke or timed out after it was made.
-        aiohttp.ClientConnectorError: The endpoint cannot be reached at all.
+        OSError: The endpoint cannot be reached at all (refused, unknown host, connect timeout).
     """
     url = route.url(key)
     extra = {}
@@ -258,20 +234,19 @@ async def get(route: S3Route, session: aiohttp.ClientSession, key: str, start: i
     if if_match:
         extra["If-Match"] = if_match
     headers = await route.headers(url, extra)
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    request = f"GET {route.path}{url[len(route.prefix):]} HTTP/1.1\r\n{lines}{_USER_AGENT}\r\n".encode("latin-1")
     try:
-        async with session.get(URL(url, encoded=True), headers=headers, allow_redirects=False,
-                               timeout=route.timeout) as response:
-            body = await response.read()
-            if response.status == 206:
-                return body, object_size(response.headers.get("Content-Range"))
-            if response.status == 200:
-                return body, len(body)
-            _raise_error(response.status, response.headers, body)
-    except (aiohttp.ClientConnectorError, S3ErrorResponse, WrongRegionError):
-        raise
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        response = await pool.get(route.origin, request, connect_timeout_s=route.connect_timeout_s,
+                                  read_timeout_s=route.read_timeout_s)
+    except ResponseBrokenError as exc:
         raise TransientBackendError(f"S3 GET broke off: {type(exc).__name__}: {exc}", tier="cold",
                                     url=url) from exc
+    if response.status == 206:
+        return response.body, object_size(response.headers.get("content-range"))
+    if response.status == 200:
+        return response.body, len(response.body)
+    _raise_error(response.status, response.headers, response.body)
 
 
 def _raise_error(status: int, headers: Any, body: bytes) -> NoReturn:
