@@ -1,4 +1,5 @@
-"""The lean S3 path's connection pool (tierload.stores.http_pool) against a real HTTP server.
+"""The lean S3 path's connection pool (tierload.stores.http_pool) against a real HTTP server
+(and the same server behind TLS with a certificate from a test CA, made by ``trustme``).
 
 The server is a small asyncio TCP server on a thread of its own, answering by path: a body of
 N bytes, a chunked body, an answer that closes the connection, one cut off mid-body, one
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 import time
 
 import pytest
+import trustme
 
 from tierload.stores.http_pool import ConnectionPool, Origin, ResponseBrokenError
 
@@ -20,7 +23,8 @@ from tierload.stores.http_pool import ConnectionPool, Origin, ResponseBrokenErro
 class ScriptedServer:
     """HTTP/1.1 answers by path, on 127.0.0.1; ``accepted`` counts TCP connections."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self.accepted = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -38,7 +42,7 @@ class ScriptedServer:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls))
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
@@ -222,3 +226,29 @@ def test_origin_of_a_url():
     assert Origin.of("https://s3.eu-west-1.amazonaws.com/") == Origin("https", "s3.eu-west-1.amazonaws.com", 443)
     with pytest.raises(ValueError, match="not an http"):
         Origin.of("s3://bucket/key")
+
+
+def test_https_checks_the_certificate_against_the_trusted_authorities(tmp_path, monkeypatch):
+    """The pool's TLS context is the default one: certificates are verified, against the system's
+    authorities (here a test CA named by SSL_CERT_FILE, as a private S3 endpoint's CA would be)."""
+    authority = trustme.CA()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(server_tls)
+    with ScriptedServer(tls=server_tls) as server:
+        origin = Origin("https", "127.0.0.1", server.port)
+
+        async def fetch(path):
+            pool = ConnectionPool(limit=2)
+            try:
+                return [await pool.get(origin, request(path)) for _ in range(3)]
+            finally:
+                pool.close()
+
+        with pytest.raises(ssl.SSLCertVerificationError):  # a CA nobody trusts: refused
+            run(fetch("/bytes/10"))
+        ca_file = tmp_path / "ca.pem"
+        authority.cert_pem.write_to_path(str(ca_file))
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        answers = run(fetch("/bytes/5000"))
+        assert [a.body for a in answers] == [bytes(range(256)) * 19 + bytes(136)] * 3
+        assert server.accepted == 1  # the three GETs on one kept-alive connection (a refused handshake is not counted)
