@@ -204,7 +204,7 @@ def pack_digests(urls: pa.Array, versions: pa.Array, sizes: np.ndarray, starts: 
         data = memoryview(lines.buffers()[2])
         for first, stop in zip((starts[begin:end] - lo).tolist(), (stops[begin:end] - lo).tolist(), strict=True):
             digests.append(f"pack-{xxhash.xxh3_128_hexdigest(data[offsets[first]:offsets[stop]])}")
-        del lines, data, window_urls, window_versions
+        del lines, data, offsets, window_urls, window_versions
         # Arrow's pool keeps a window's freed strings for good otherwise (65 MB at 1.28 M keys)
         pa.default_memory_pool().release_unused()
         begin = end

@@ -150,7 +150,7 @@ def _positions_in_runs(bounds: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     count = int(bounds[-1])
     dtype = np.int32 if count < 2**31 else np.int64
     positions = np.arange(count, dtype=dtype)
-    positions -= np.repeat(bounds[:-1].astype(dtype), lengths)
+    np.subtract(positions, np.repeat(bounds[:-1].astype(dtype), lengths), out=positions)
     return positions.astype(np.int32, copy=False)
 
 
