@@ -56,7 +56,7 @@ _START_PATH = textwrap.dedent("""
 def test_listing_and_manifest_leave_pandas_unimported(s3, bucket, tmp_path):
     """S3 pages -> spilled listing -> plan (mixed packs, labels) -> save -> map, in a fresh process."""
     name, fs = bucket
-    objects = {f"pre/{c}/{i:04d}.bin": b"x" * (i % 5) for c in ("a", "b", "c") for i in range(700)}
+    objects = {f"pre/{c}/{i:04d}.bin": b"x" * (i % 5) for c in ("a", "b", "c") for i in range(40)}  # some empty
     objects["pre/a/_SUCCESS"] = b""
     fs.pipe({f"{name}/{key}": body for key, body in objects.items()})
     argument = json.dumps([dict(s3.storage_options), f"s3://{name}/pre", str(tmp_path / "manifests")])
@@ -64,5 +64,5 @@ def test_listing_and_manifest_leave_pandas_unimported(s3, bucket, tmp_path):
                           check=False)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["samples"] == 2100 and result["packs"] >= 1
+    assert result["samples"] == 120 and result["packs"] >= 1
     assert result["pandas"] is False, "the start-up path imported pandas (through pa.array, pa.scalar or to_numpy)"
