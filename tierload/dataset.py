@@ -285,9 +285,14 @@ class TieredDataset(IterableDataset):
         """The block sequence the node cache prefetches for this rank's iteration (plus a look-ahead
         into the next epoch, which only informs eviction)."""
         manifest = self.manifest
-        lookahead = manifest.sample_block[self.rank_order(epoch + 1)]
-        return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest),
-                          seq=np.concatenate([manifest.sample_block[rest], lookahead]).astype(np.int32),
+        upcoming = self.rank_order(epoch + 1)
+        # One int32 array filled in place: a concatenation and a cast would each copy the plan
+        # again (tens of MB at a million samples, at the start-up's peak).
+        seq = np.empty(len(rest) + len(upcoming), np.int32)
+        seq[:len(rest)] = manifest.sample_block[rest]
+        seq[len(rest):] = manifest.sample_block[upcoming]
+        del upcoming
+        return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest), seq=seq,
                           reuse_gap=self._reuse_gap(), start=start,
                           lineage=f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}")
 

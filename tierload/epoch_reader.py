@@ -18,6 +18,7 @@ from tierload.errors import ChannelLostError
 from tierload.layouts.registry import layout_spec
 from tierload.order import worker_positions
 from tierload.resume import Progress
+from tierload.stores.listing import release_freed_memory
 
 if TYPE_CHECKING:
     from tierload.cache.messages import StreamPlan
@@ -63,6 +64,9 @@ class EpochReader:
 
     def _open(self, link: NodeLink) -> None:
         self.dataset._open_stream(link, self.stream_id, self.worker, self.workers, self._plan)
+        # The plan (the next epoch's order, the block sequence, its pickled message: ~40 MB at a
+        # million samples) is garbage now; the C heap would keep its pages for the whole epoch.
+        release_freed_memory()
 
     def _warn_about_batches(self) -> None:
         dataset = self.dataset

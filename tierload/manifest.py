@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.blocks import Block
 from tierload.config import ManifestConfig
 from tierload.errors import ManifestError
@@ -141,7 +142,7 @@ class Manifest:
 
 def _one_row(values: pa.Array) -> pa.Array:
     """``values`` as the single row of a large-list column (columns of any length share one table)."""
-    return pa.LargeListArray.from_arrays(pa.array([0, len(values)], pa.int64()), values)
+    return pa.LargeListArray.from_arrays(int64_array([0, len(values)]), values)
 
 
 def _joined(slices: list[pa.Array]) -> pa.Array:
@@ -152,7 +153,7 @@ def _joined(slices: list[pa.Array]) -> pa.Array:
     """
     strings = pa.large_string()
     if not slices:
-        return pa.array([], strings)
+        return large_strings([])
     first = slices[0]
     shared = [b.address if b is not None else None for b in first.buffers()]
     contiguous = first.type == strings and all(
@@ -194,20 +195,20 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
     listing, member_ids = _member_columns(members)
     strings = pa.large_string()
     columns = {
-        "sample_block": pa.array(manifest.sample_block, pa.int32()),
-        "sample_index": pa.array(manifest.sample_index, pa.int32()),
-        "labels": pa.array(manifest.labels, pa.int64()),
-        "block_key": pa.array([b.key for b in manifest.blocks], strings),
-        "block_url": pa.array([b.url for b in manifest.blocks], strings),
-        "block_version": pa.array([b.version for b in manifest.blocks], strings),
-        "block_offset": pa.array([b.offset for b in manifest.blocks], pa.int64()),
-        "block_length": pa.array([b.length for b in manifest.blocks], pa.int64()),
-        "pack_block": pa.array(packs, pa.int64()),
-        "pack_first": pa.array(pack_first, pa.int64()),
-        "member_id": pa.array(member_ids),
+        "sample_block": from_numpy(np.asarray(manifest.sample_block, np.int32)),
+        "sample_index": from_numpy(np.asarray(manifest.sample_index, np.int32)),
+        "labels": int64_array(manifest.labels),
+        "block_key": large_strings([b.key for b in manifest.blocks]),
+        "block_url": large_strings([b.url for b in manifest.blocks]),
+        "block_version": large_strings([b.version for b in manifest.blocks]),
+        "block_offset": int64_array(b.offset for b in manifest.blocks),
+        "block_length": int64_array(b.length for b in manifest.blocks),
+        "pack_block": int64_array(packs),
+        "pack_first": int64_array(pack_first),
+        "member_id": from_numpy(member_ids),
         "member_url": listing.urls.cast(strings),
         "member_version": listing.versions.cast(strings),
-        "member_size": pa.array(listing.sizes, pa.int64()),
+        "member_size": int64_array(listing.sizes),
     }
     meta = {"format": FORMAT_VERSION, "url": manifest.url, "layout": manifest.layout,
             "created_at": manifest.created_at, "classes": manifest.classes, "extra": manifest.extra,
@@ -247,7 +248,7 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
         return table.column(name).chunk(0).values
 
     def numbers(name: str) -> np.ndarray:
-        return column(name).to_numpy(zero_copy_only=True)
+        return to_numpy(column(name))
 
     listing = PackMembers(column("member_url"), column("member_version"), numbers("member_size"))
     member_ids, pack_first = numbers("member_id"), numbers("pack_first")
@@ -275,7 +276,7 @@ def detect_layout(objects: ObjectListing, config: ManifestConfig) -> str:
     # A window of URLs at a time: lower-casing the whole listing at once would copy every URL.
     for lo in range(0, len(objects), _DETECT_WINDOW):
         sizes = objects.sizes[lo:lo + _DETECT_WINDOW]
-        names = pc.utf8_lower(objects.urls.slice(lo, len(sizes)).filter(pa.array(sizes > 0)))
+        names = pc.utf8_lower(objects.urls.slice(lo, len(sizes)).filter(from_numpy(sizes > 0)))
         if not len(names):
             continue
         nonempty = True

@@ -19,18 +19,19 @@ import pyarrow.compute as pc
 import torch
 from PIL import Image
 
+from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.blocks import Block
 from tierload.errors import DecodeError, ManifestError
 from tierload.layouts.base import LayoutPlan
 from tierload.packs import ListedMembers, PackIndex, PackMembers, cut_runs, mixing_order, pack_digests
-from tierload.stores.listing import ObjectInfo, ObjectListing
+from tierload.stores.listing import ObjectInfo, ObjectListing, release_freed_memory
 
 log = logging.getLogger(__name__)
 
 
 def _skip(skipped: dict[str, str], urls: pa.Array, mask: np.ndarray, reason: str) -> None:
     if mask.any():
-        skipped.update(dict.fromkeys(urls.filter(pa.array(mask)).to_pylist(), reason))
+        skipped.update(dict.fromkeys(urls.filter(from_numpy(mask)).to_pylist(), reason))
 
 
 def _kept(prefix_url: str, objects: ObjectListing, extensions: tuple[str, ...] | None,
@@ -42,7 +43,7 @@ def _kept(prefix_url: str, objects: ObjectListing, extensions: tuple[str, ...] |
         lower = pc.utf8_lower(objects.urls)
         matches = np.zeros(len(objects), bool)
         for extension in extensions:
-            matches |= pc.ends_with(lower, extension).to_numpy(zero_copy_only=False)
+            matches |= to_numpy(pc.ends_with(lower, extension))
         _skip(skipped, objects.urls, ~matches, "extension not in manifest.extensions")
         keep &= matches
     if skip_empty:
@@ -60,6 +61,9 @@ def _kept(prefix_url: str, objects: ObjectListing, extensions: tuple[str, ...] |
 
 # URLs whose class names are computed at once by _labels (bounds Arrow's string temporaries).
 _LABEL_WINDOW = 65536
+# The first element of a list, as an Arrow scalar: a Python 0 would go through pa.scalar, which
+# imports pandas (see tierload.arrow_values).
+_FIRST = int64_array([0])[0]
 
 
 def _labels(prefix_url: str, urls: pa.Array) -> tuple[np.ndarray, list[str]]:
@@ -74,10 +78,10 @@ def _labels(prefix_url: str, urls: pa.Array) -> tuple[np.ndarray, list[str]]:
     for lo in range(0, len(urls), _LABEL_WINDOW):
         window = urls.slice(lo, _LABEL_WINDOW)
         relative = pc.utf8_ltrim(pc.utf8_slice_codeunits(window, len(prefix_url)), characters="/")
-        first = pc.list_element(pc.split_pattern(relative, "/", max_splits=1), 0)
-        classes = pc.if_else(pc.match_substring(relative, "/"), first, pa.scalar("", first.type))
+        first = pc.list_element(pc.split_pattern(relative, "/", max_splits=1), _FIRST)
+        classes = pc.if_else(pc.match_substring(relative, "/"), first, large_strings([""]).cast(first.type)[0])
         encoded = pc.dictionary_encode(classes)
-        codes.append(encoded.indices.to_numpy(zero_copy_only=False))
+        codes.append(to_numpy(encoded.indices))
         dictionaries.append(encoded.dictionary.to_pylist())
     names = sorted(set().union(*dictionaries))
     index = {name: position for position, name in enumerate(names)}
@@ -114,6 +118,7 @@ def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo],
         objects = ObjectListing.of(objects)
     kept, skipped = _kept(prefix_url, objects, extensions, skip_empty)
     labels, class_names = _labels(prefix_url, kept.urls)
+    release_freed_memory()  # the label windows' string temporaries
     order = None
     sizes = kept.sizes
     if pack_target_bytes > 0 and pack_order == "mixed":
@@ -124,15 +129,29 @@ def plan_objects(prefix_url: str, objects: ObjectListing | Sequence[ObjectInfo],
     bounds = cut_runs(sizes, pack_threshold_bytes, pack_target_bytes)
     del sizes
     lengths = np.diff(bounds)
-    first = np.repeat(bounds[:-1], lengths)
+    sample_block = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+    sample_index = _positions_in_runs(bounds, lengths)
+    # Before the pack digests read every URL and version: the heap's freed pages of the
+    # mixing and cutting temporaries would otherwise add to the build's peak.
+    release_freed_memory()
     return LayoutPlan(
         blocks=_blocks(kept, bounds, order),
-        sample_block=np.repeat(np.arange(len(lengths), dtype=np.int32), lengths),
-        sample_index=(np.arange(len(kept), dtype=np.int64) - first).astype(np.int32),
+        sample_block=sample_block,
+        sample_index=sample_index,
         labels=labels,
         classes=class_names,
         skipped=skipped,
     )
+
+
+def _positions_in_runs(bounds: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int32 (bounds[-1],): each object's position inside its run (0 at every ``bounds`` entry),
+    computed in int32 so that a million samples cost no int64 temporaries."""
+    count = int(bounds[-1])
+    dtype = np.int32 if count < 2**31 else np.int64
+    positions = np.arange(count, dtype=dtype)
+    np.subtract(positions, np.repeat(bounds[:-1].astype(dtype), lengths), out=positions)
+    return positions.astype(np.int32, copy=False)
 
 
 def _blocks(kept: ObjectListing, bounds: np.ndarray, order: np.ndarray | None = None) -> list[Block]:
@@ -145,7 +164,7 @@ def _blocks(kept: ObjectListing, bounds: np.ndarray, order: np.ndarray | None = 
     starts, stops = bounds[:-1], bounds[1:]
     single = (stops - starts) == 1
     rows = starts[single] if order is None else order[starts[single]]
-    at = pa.array(rows)
+    at = from_numpy(rows)
     plain = map(Block.of, kept.urls.take(at).to_pylist(), kept.versions.take(at).to_pylist(),
                 itertools.repeat(0), kept.sizes[rows].tolist())
     digests = iter(pack_digests(kept.urls, kept.versions, kept.sizes, starts[~single], stops[~single], order))

@@ -16,6 +16,8 @@ A prefix with a single folder gets no speed-up, and costs one extra request.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.stores.listing_spill import SpilledPages
 from tierload.stores.local import TIER_MARKER
 
@@ -45,13 +48,30 @@ _OWN_FILES = r"^(\.tierload|\.endpoint\.json$)"
 
 
 def release_freed_memory() -> None:
-    """Give the memory Arrow's allocator keeps after frees back to the system.
+    """Give the memory Arrow's allocator and the C heap keep after frees back to the system.
 
     Arrow's default pool (mimalloc) keeps freed pages for reuse; the listing and manifest
     steps free hundreds of MB of columns and temporaries at a million keys that nothing in
-    the process allocates again, so they would stay in its RSS for good.
+    the process allocates again, so they would stay in its RSS for good. NumPy's arrays come
+    from the C heap (glibc's malloc): once an array of a few MB is freed, glibc raises its
+    mmap threshold to that size (its dynamic threshold, see ``mallopt(3)``), so the manifest
+    build's later temporaries of that size are carved from the heap, and the heap keeps their
+    pages after they are freed (58 MB at 1.28 M keys, measured with ``mallinfo2``).
+    ``malloc_trim(0)`` returns every free page of the heap; elsewhere than glibc it is skipped.
     """
     pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None (another C library, or no ``libc.so.6``)."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -79,7 +99,7 @@ class _Page:
     __slots__ = ("urls", "sizes", "versions", "first", "last", "in_order")
 
     def __init__(self, urls: list[str], sizes: list[int], versions: list[str]) -> None:
-        self._set(pa.array(urls, _STRINGS), np.asarray(sizes, np.int64), pa.array(versions, _STRINGS))
+        self._set(large_strings(urls), np.asarray(sizes, np.int64), large_strings(versions))
 
     @classmethod
     def of(cls, urls: pa.Array, sizes: np.ndarray, versions: pa.Array) -> "_Page":
@@ -120,8 +140,8 @@ class ObjectListing(Sequence[ObjectInfo]):
     def of(cls, objects: Iterable[ObjectInfo]) -> "ObjectListing":
         """A listing of ``objects`` as given (neither sorted nor filtered)."""
         objects = list(objects)
-        return cls(pa.array([o.url for o in objects], _STRINGS), np.array([o.size for o in objects], np.int64),
-                   pa.array([o.version for o in objects], _STRINGS))
+        return cls(large_strings([o.url for o in objects]), np.array([o.size for o in objects], np.int64),
+                   large_strings([o.version for o in objects]))
 
     @classmethod
     def from_pages(cls, pages: list[_Page], exclude: Sequence[str] = ()) -> "ObjectListing":
@@ -134,7 +154,7 @@ class ObjectListing(Sequence[ObjectInfo]):
         kept = [page for page in (_filtered(page, exclude) for page in pages) if len(page.sizes)]
         pages.clear()
         if not kept:
-            return cls(pa.array([], _STRINGS), np.zeros(0, np.int64), pa.array([], _STRINGS))
+            return cls(large_strings([]), np.zeros(0, np.int64), large_strings([]))
         # Pages in order of their first URL: a listing whose pages do not overlap and are each
         # sorted (S3's folders) is then sorted already and needs no reordering copy.
         kept.sort(key=lambda page: page.first)
@@ -145,7 +165,7 @@ class ObjectListing(Sequence[ObjectInfo]):
         urls = _concat_strings(_take_column(kept, "urls"))
         listing = cls(urls, sizes, versions)
         if not in_order:
-            listing = listing.take(pc.sort_indices(listing.urls).to_numpy(zero_copy_only=False))  # UTF-8 = sorted()
+            listing = listing.take(to_numpy(pc.sort_indices(listing.urls)))  # UTF-8 = sorted()
         release_freed_memory()  # the pages' columns
         return listing
 
@@ -158,17 +178,17 @@ class ObjectListing(Sequence[ObjectInfo]):
         """
         if not len(spill):
             spill.discard()
-            return cls(pa.array([], _STRINGS), np.zeros(0, np.int64), pa.array([], _STRINGS))
+            return cls(large_strings([]), np.zeros(0, np.int64), large_strings([]))
         order = spill.sorted_pages()
         listing = cls(*spill.columns(order))
         if order is None:
-            listing = listing.take(pc.sort_indices(listing.urls).to_numpy(zero_copy_only=False))  # UTF-8 = sorted()
+            listing = listing.take(to_numpy(pc.sort_indices(listing.urls)))  # UTF-8 = sorted()
         release_freed_memory()
         return listing
 
     def take(self, indices: np.ndarray) -> "ObjectListing":
         """The objects at ``indices`` (int64), in that order."""
-        positions = pa.array(indices, pa.int64())
+        positions = int64_array(indices)
         return ObjectListing(self.urls.take(positions), self.sizes[indices], self.versions.take(positions))
 
     def __len__(self) -> int:
@@ -200,14 +220,14 @@ def _filtered(page: _Page, exclude: Sequence[str]) -> _Page:
     """``page`` without directory markers, tierload's own files and excluded base names (a page at
     a time: small temporaries)."""
     names = pc.replace_substring_regex(page.urls, pattern=r"^.*/", replacement="")
-    drop = pc.equal(pc.utf8_length(names), 0)  # a directory marker ("a/") or an empty name
-    drop = pc.or_(drop, pc.match_substring_regex(names, _OWN_FILES))
+    drop = to_numpy(pc.utf8_length(names)) == 0  # a directory marker ("a/") or an empty name
+    drop |= to_numpy(pc.match_substring_regex(names, _OWN_FILES))
     if exclude:
-        drop = pc.or_(drop, pc.is_in(names, value_set=pa.array(list(exclude), _STRINGS)))
-    if not pc.any(drop).as_py():
+        drop |= to_numpy(pc.is_in(names, value_set=large_strings(list(exclude))))
+    if not drop.any():
         return page
-    keep = pc.invert(drop)
-    return _Page.of(page.urls.filter(keep), page.sizes[keep.to_numpy(zero_copy_only=False)], page.versions.filter(keep))
+    keep = from_numpy(~drop)
+    return _Page.of(page.urls.filter(keep), page.sizes[~drop], page.versions.filter(keep))
 
 
 def _take_column(pages: list[_Page], name: str) -> list[Any]:

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tierload.arrow_values import int64_array, to_numpy
+
 __all__ = ["SpilledPages"]
 
 _STRINGS = pa.large_string()
@@ -52,7 +54,7 @@ class SpilledPages:
     def add(self, urls: pa.Array, sizes: np.ndarray, versions: pa.Array, first: str, last: str,
             in_order: bool) -> None:
         """Write one page (columns of equal length, at least one row)."""
-        self._writer.write_batch(pa.record_batch([urls.cast(_STRINGS), pa.array(sizes, pa.int64()),
+        self._writer.write_batch(pa.record_batch([urls.cast(_STRINGS), int64_array(sizes),
                                                   versions.cast(_STRINGS)], schema=_SCHEMA))
         self._pages.append((first, last, in_order))
 
@@ -72,7 +74,7 @@ class SpilledPages:
             reader = pa.ipc.open_file(pa.OSFile(os.path.join(self._dir, "pages.arrow")))
             if order is None:
                 table = reader.read_all().combine_chunks()
-                return (table.column("url").chunk(0), table.column("size").chunk(0).to_numpy(),
+                return (table.column("url").chunk(0), to_numpy(table.column("size").chunk(0)),
                         table.column("version").chunk(0))
             return self._mapped(reader, order)
         finally:
@@ -85,7 +87,7 @@ class SpilledPages:
                 batch = reader.get_batch(page)  # one page in memory at a time
                 urls.append(batch.column(0))
                 versions.append(batch.column(2))
-                sizes.write(batch.column(1).to_numpy().tobytes())
+                sizes.write(to_numpy(batch.column(1)).tobytes())
         mapped_sizes = np.frombuffer(_map(os.path.join(self._dir, "size")), np.int64)
         return urls.mapped(), mapped_sizes, versions.mapped()
 
