@@ -14,6 +14,9 @@ Real things only: real forked DataLoader workers, a real mapped Arrow file.
 from __future__ import annotations
 
 import gc
+import platform
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -110,3 +113,41 @@ def test_the_walk_sees_copy_on_read_of_a_block_per_sample(tmp_path):
     growth = _worker_growth_mb(tmp_path, 0)
     print(f"\nworker private dirty growth over 2 walks of {KEYS} samples, no packs: {[round(g, 1) for g in growth]} MB")
     assert min(growth) > BOUND_MB
+
+
+HEAP_PROBE = """
+import os, sys, numpy as np, psutil
+from tierload.order import epoch_order, worker_positions
+from tierload.stores.listing import map_large_allocations
+for _ in range(3):  # a manifest build's large temporaries, freed: glibc raises its mmap threshold
+    big = np.ones(4_000_000); del big
+sample_block = np.repeat(np.arange(27_000, dtype=np.int32), 75)[:2_000_000]
+read, write = os.pipe()
+if os.fork() == 0:  # a forked DataLoader worker: walks one epoch of 2 M samples, then measures
+    if sys.argv[1] == "mapped":
+        assert map_large_allocations()
+    process = psutil.Process()
+    before = process.memory_full_info().uss
+    order = epoch_order(sample_block, seed=0, epoch=0, shuffle="sample")
+    positions = worker_positions(len(order), worker_id=0, num_workers=2, chunk=256)
+    int(order[positions].sum())
+    del order, positions
+    os.write(write, str((process.memory_full_info().uss - before) / 2**20).encode())
+    os._exit(0)
+os.close(write)
+print(os.read(read, 64).decode())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator only")
+def test_a_workers_epoch_arrays_leave_with_the_epoch():
+    """In a process whose heap threshold a manifest build raised (a forked DataLoader worker's
+    inherited state), an epoch's 16 MB array stays in RSS after it is freed, unless the worker
+    maps large allocations (what EpochReader does in a worker). Each case runs in a fresh
+    interpreter, which imports numpy and psutil only (no pandas: importing it changes the heap)."""
+    kept = {mode: float(subprocess.run([sys.executable, "-c", HEAP_PROBE, mode], capture_output=True, text=True,
+                                       check=True).stdout) for mode in ("heap", "mapped")}
+    # The epoch's arrays (16 MB order, 8 MB gather) freed: their pages stay on the heap, and
+    # leave with mapped allocations. The rest of the growth (~22 MB here) is the child's
+    # copy-on-write of the parent's pages it wrote to, the same in both.
+    assert kept["heap"] - kept["mapped"] > 10, kept

@@ -18,7 +18,7 @@ from tierload.errors import ChannelLostError
 from tierload.layouts.registry import layout_spec
 from tierload.order import worker_positions
 from tierload.resume import Progress
-from tierload.stores.listing import release_freed_memory
+from tierload.stores.listing import map_large_allocations, release_freed_memory
 
 if TYPE_CHECKING:
     from tierload.cache.messages import StreamPlan
@@ -39,6 +39,8 @@ class EpochReader:
     """
 
     def __init__(self, dataset: TieredDataset, info: Any) -> None:
+        if info is not None:
+            map_large_allocations()  # a worker's per-epoch arrays leave with their epoch
         self.dataset = dataset
         self.info = info
         self.worker: int = info.id if info is not None else 0

@@ -49,7 +49,7 @@ def epoch_order(sample_block: np.ndarray, *, seed: int, epoch: int, shuffle: str
     if shuffle == "none":
         return np.arange(count, dtype=np.int64)
     if shuffle == "sample":
-        return _rng(seed, epoch).permutation(count).astype(np.int64)
+        return _rng(seed, epoch).permutation(count).astype(np.int64, copy=False)  # no second copy of the order
     if shuffle != "block":
         raise ValueError(f"shuffle={shuffle!r}; choose one of {', '.join(SHUFFLE_MODES)}")
     if window_blocks < 1:

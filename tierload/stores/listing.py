@@ -36,7 +36,7 @@ from tierload.stores.local import TIER_MARKER
 log = logging.getLogger(__name__)
 
 __all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "list_local", "list_s3",
-           "release_freed_memory"]
+           "release_freed_memory", "map_large_allocations"]
 
 # Folders listed at once on S3: enough to hide ~20-50 ms per page behind parsing the others;
 # more only holds more pages in memory at once.
@@ -63,6 +63,29 @@ def release_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's <malloc.h>
+LARGE_ALLOCATION_BYTES = 1 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def map_large_allocations() -> bool:
+    """Make this process's C heap give every allocation of 1 MiB or more its own mapping, so
+    freeing it returns its pages to the system at once. Called once per process; whether it took.
+
+    glibc raises its mmap threshold to the size of the largest mapped block freed so far (its
+    dynamic threshold, ``mallopt(3)``); a DataLoader worker forked from a process that built a
+    manifest inherits a threshold of tens of MB, so each epoch's order and position arrays (8-16
+    MB at 2 M samples) come from the heap and their pages stay in the worker after the epoch
+    (measured: +46 MB after each epoch against +23 MB with this set, 2 M samples). Setting the
+    threshold fixes it and turns the dynamic adjustment off. Elsewhere than glibc it does nothing.
+    """
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, LARGE_ALLOCATION_BYTES))
 
 
 @functools.lru_cache(maxsize=1)

@@ -187,8 +187,12 @@ class ManifestWalk(IterableDataset):
         self._uss_start: float | None = None
 
     def __iter__(self):
+        from tierload.stores.listing import map_large_allocations
+
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:
+            map_large_allocations()  # as an EpochReader in a worker does
         process = psutil.Process()
         if self._uss_start is None:
             self._uss_start = process.memory_full_info().uss / 1e6
