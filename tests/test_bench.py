@@ -196,6 +196,20 @@ def test_report_table_and_targets():
     assert "on the same accesses" in text and "hot hit <= MIN" in text  # one definition for both
 
 
+def test_report_splits_epoch_1_at_the_first_get():
+    from tierload.bench import report
+
+    link = {"first_get_s": 2.0, "first_byte_s": 2.05, "last_byte_s": 9.0, "mb_s": [0.0, 0.0, 15.0] + [16.0] * 7}
+    row = {"epoch": 0, "samples": 600, "seconds": 10.0, "samples_per_s": 60.0, "s3_bytes": 111_200_000, "link": link}
+    result = {"probe": {"link_bound_samples_s": 100.0},
+              "contenders": {"tierload": {"status": "ok", "epochs": [row]}, "s3fs": {"status": "not run"}}}
+    lines = report.link_lines(result)
+    assert "first GET at 2.00 s, bytes from 2.05 to 9.00 s (16.0 MB/s then), 1.00 s after the last byte" in lines[1]
+    # 60 of 100 samples/s as measured; 600 samples in the 8 s from the first GET: 0.75
+    assert "0.600 as measured; 0.750 counting from its first GET" in lines[2]
+    assert lines[3].endswith("0 0 15 16 16 16 16 16 16 16")
+
+
 # ------------------------------------------------------------------ the emulated S3's own buckets
 @pytest.fixture(scope="module")
 def own_buckets(s3, tmp_path_factory):

@@ -98,6 +98,11 @@ def link_lines(report: dict[str, Any]) -> list[str]:
                      f"{link['first_byte_s']:.2f} to {link['last_byte_s']:.2f} s ({rate:.1f} MB/s then), "
                      f"{seconds - link['last_byte_s']:.2f} s after the last byte")
         if name == "tierload":
+            bound = report["probe"]["link_bound_samples_s"]
+            after = row["samples"] / (seconds - link["first_get_s"]) / bound if seconds > link["first_get_s"] else 0.0
+            lines.append(f"  tierload epoch 1 / link bound: {row['samples_per_s'] / bound:.3f} as measured; "
+                         f"{after:.3f} counting from its first GET (the {link['first_get_s']:.2f} s before it are "
+                         "DataLoader workers starting and the stream opening; the bound counts only link time)")
             lines.append("  tierload MB/s per second: " + " ".join(f"{value:g}" for value in link["mb_s"]))
     if lines:
         lines.insert(0, "the link during epoch 1 (from iter(loader); 50 ms bins):")
