@@ -129,6 +129,42 @@ def test_emulated_s3_waits_latency_and_paces_bandwidth(shaped):
     assert 0.2 < elapsed < 1.5
 
 
+def test_emulated_s3_timeline_has_the_gets_and_bytes_of_a_window(shaped):
+    from tierload.bench.link_timeline import epoch_link, read_timeline
+
+    s3, proxy = shaped
+    fs = _fs(s3, proxy.endpoint_url)
+    fs.cat_file("bench-proxy/a/object")  # connect first
+    time.sleep(0.2)
+    start = time.time()
+    fs.cat_file("bench-proxy/a/object")
+    seconds = time.time() - start
+    timeline = read_timeline(proxy.endpoint_url, start, start + seconds + 1.0)  # not the first GET, 0.2 s before
+    assert sum(timeline["bytes"]) == 400_000 and sum(timeline["gets"]) == 1
+    link = epoch_link(timeline, start, seconds)
+    # the body leaves after the 50 ms latency, paced at 2 MB/s: ~0.2 s of bytes, one bin of resolution
+    assert 0.0 <= link["first_get_s"] <= link["first_byte_s"] < link["last_byte_s"] <= seconds + 0.001  # ms rounding
+    assert link["last_byte_s"] - link["first_byte_s"] >= 0.15
+    assert sum(link["mb_s"]) == pytest.approx(0.4 / min(1.0, seconds), abs=0.11)
+
+
+def test_epoch_link_places_bytes_in_the_epoch_seconds():
+    from tierload.bench.link_timeline import BIN_S, epoch_link
+
+    start = 1000.0
+    bins = int(round(3.0 / BIN_S))
+    sent, gets = [0] * bins, [0] * bins
+    gets[int(round(0.5 / BIN_S))] = 1                 # first GET at 0.5 s
+    for second in (1, 2):                             # 1 MB in each of seconds 1 and 2 (0.5 MB in 2.5-3.0)
+        for i in range(int(round(second / BIN_S)), int(round((second + 1) / BIN_S))):
+            sent[i] = 50_000
+    link = epoch_link({"bin_s": BIN_S, "start": start, "bytes": sent, "gets": gets}, start, 2.5)
+    assert link["first_get_s"] == pytest.approx(0.5)
+    assert link["first_byte_s"] == pytest.approx(1.0)
+    assert link["last_byte_s"] == pytest.approx(2.5)  # clipped at the epoch's end
+    assert link["mb_s"] == [0.0, 1.0, 1.0]  # the last half second at its own rate
+
+
 def test_report_table_and_targets():
     from tierload.bench import report
 
@@ -158,6 +194,20 @@ def test_report_table_and_targets():
     assert any(line.startswith("litdata") and "not run: no peers' environment" in line for line in text.splitlines())
     assert "MIN" in text and "40.0%" in text
     assert "on the same accesses" in text and "hot hit <= MIN" in text  # one definition for both
+
+
+def test_report_splits_epoch_1_at_the_first_get():
+    from tierload.bench import report
+
+    link = {"first_get_s": 2.0, "first_byte_s": 2.05, "last_byte_s": 9.0, "mb_s": [0.0, 0.0, 15.0] + [16.0] * 7}
+    row = {"epoch": 0, "samples": 600, "seconds": 10.0, "samples_per_s": 60.0, "s3_bytes": 111_200_000, "link": link}
+    result = {"probe": {"link_bound_samples_s": 100.0},
+              "contenders": {"tierload": {"status": "ok", "epochs": [row]}, "s3fs": {"status": "not run"}}}
+    lines = report.link_lines(result)
+    assert "first GET at 2.00 s, bytes from 2.05 to 9.00 s (16.0 MB/s then), 1.00 s after the last byte" in lines[1]
+    # 60 of 100 samples/s as measured; 600 samples in the 8 s from the first GET: 0.75
+    assert "0.600 as measured; 0.750 counting from its first GET" in lines[2]
+    assert lines[3].endswith("0 0 15 16 16 16 16 16 16 16")
 
 
 # ------------------------------------------------------------------ the emulated S3's own buckets

@@ -210,3 +210,34 @@ def test_keys_that_need_percent_encoding_are_found_and_correctly_signed(s3, buck
         got = source.read_ranges([(obj.url, obj.version, 0, obj.size) for obj in objects])
         assert got == [payloads[obj.url.removeprefix("s3://")] for obj in objects]
         assert proxy.faults.bad_signatures == 0 and only_lean(proxy)
+
+
+def test_prepare_makes_the_client_and_the_route_and_sends_nothing(s3, bucket):
+    """ColdSource.prepare() (the node cache calls it when a dataset registers) makes the S3
+    client and the bucket's lean route ahead of the first read, without a request."""
+    from tierload.stores import s3_lean
+
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 2, 1000)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy))
+        source.prepare()
+        assert sum(proxy.faults.access_keys.values()) == 0 and not proxy.faults.gets  # nothing was sent
+        client = source.fs._s3
+        assert client is not None and s3_lean._routes[client][name] is not None
+        obj = source.list_objects()[0]
+        assert source.read(obj.url, obj.version, 0, obj.size) == payloads[obj.url.removeprefix("s3://")]
+        assert source.fs._s3 is client and only_lean(proxy)  # the read used what prepare() made
+
+
+def test_prepare_leaves_an_unreachable_endpoint_to_the_first_read(s3, bucket):
+    name, _ = bucket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there once closed
+    options = {**s3.storage_options, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
+                                                       "region_name": "us-east-1"}}
+    source = source_for(f"s3://{name}/ds", options, max_attempts=1)
+    source.prepare()  # no request is sent, so nothing to fail
+    with pytest.raises(EndpointUnreachableError):
+        source.read(f"s3://{name}/ds/obj-000", '"0"', 0, 10)

@@ -18,7 +18,9 @@ synthetic bucket, see :mod:`tierload.bench.own_buckets` and :mod:`tierload.bench
 with the same latency, bandwidth and counters, so small-object workloads are not limited by
 moto's few hundred GETs per second; every other bucket goes to moto. The proxy counts what it
 serves, so every contender's S3 traffic is measured the same way: object GETs and their
-body bytes, LISTs, HEADs, PUTs. ``GET /__bench__/counters`` returns them as JSON.
+body bytes, LISTs, HEADs, PUTs. ``GET /__bench__/counters`` returns them as JSON, and
+``GET /__bench__/timeline?since=T&until=T`` the GETs and body bytes per 50 ms of wall-clock
+time (:mod:`tierload.bench.link_timeline`).
 
 How this maps to real S3 (documented in benchmarks/README.md): S3's time to first byte is
 ~10-50 ms for small objects from EC2 in the same region; one connection streams ~50-100 MB/s;
@@ -47,6 +49,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import IO
 
+from tierload.bench.link_timeline import TIMELINE_PATH, LinkTimeline
 from tierload.bench.own_buckets import OwnBucket, parse_spec
 from tierload.bench.s3_answers import answer as s3_answer
 from tierload.s3local import stop_child
@@ -118,8 +121,10 @@ def _split_bucket(path: str) -> tuple[str, str]:
 class _OwnServer:
     """Answers the buckets the proxy serves itself, shaped and counted like proxied ones."""
 
-    def __init__(self, buckets: dict[str, OwnBucket], link: LinkSettings, counters: Counter, total: _Pacer) -> None:
+    def __init__(self, buckets: dict[str, OwnBucket], link: LinkSettings, counters: Counter, total: _Pacer,
+                 timeline: LinkTimeline) -> None:
         self.buckets, self.link, self.counters, self.total = buckets, link, counters, total
+        self.timeline = timeline
 
     async def respond(self, request, bucket_name: str, key: str, arrived: float):
         from aiohttp import web
@@ -127,6 +132,8 @@ class _OwnServer:
         reply = s3_answer(self.buckets[bucket_name], bucket_name, key, request.method, request.headers,
                           request.query)
         self.counters[f"{reply.kind}_requests"] += 1
+        if reply.kind == "get":
+            self.timeline.add_get(time.time())
         if reply.status >= 400:
             self.counters[f"{reply.kind}_errors"] += 1
         wait = self.link.latency_ms / 1000.0 - (time.monotonic() - arrived)
@@ -135,6 +142,7 @@ class _OwnServer:
         body = reply.body or b""
         self.counters[f"{reply.kind}_bytes"] += len(body)
         if not (self.link.connection_mb_s or self.link.total_mb_s) or not body:
+            self.timeline.add_bytes(len(body), time.time())
             return web.Response(status=reply.status, headers=reply.headers, body=reply.body)
         response = web.StreamResponse(status=reply.status, headers={**reply.headers, "Content-Length": str(len(body))})
         await response.prepare(request)
@@ -144,8 +152,23 @@ class _OwnServer:
             await connection.take(len(chunk))
             await self.total.take(len(chunk))
             await response.write(chunk)
+            self.timeline.add_bytes(len(chunk), time.time())
         await response.write_eof()
         return response
+
+
+def _control_handler(counters: Counter, link: LinkSettings, timeline: LinkTimeline):
+    """The handler of ``/__bench__/``: counters (``reset`` clears them) and the link's timeline."""
+    from aiohttp import web
+
+    async def control(request):
+        if request.path == TIMELINE_PATH:
+            return web.json_response(timeline.window(float(request.query["since"]), float(request.query["until"])))
+        if request.path.endswith("/reset"):
+            counters.clear()
+        return web.json_response({"counters": dict(counters), "link": asdict(link), "time": time.time()})
+
+    return control
 
 
 def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | None = None):
@@ -154,8 +177,9 @@ def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | Non
 
     counters: Counter = Counter()
     total = _Pacer(link.total_mb_s * 1e6)
+    timeline = LinkTimeline()
     state: dict = {}
-    own_server = _OwnServer(own or {}, link, counters, total)
+    own_server = _OwnServer(own or {}, link, counters, total, timeline)
 
     async def on_startup(app) -> None:
         state["session"] = aiohttp.ClientSession(
@@ -165,10 +189,7 @@ def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | Non
     async def on_cleanup(app) -> None:
         await state["session"].close()
 
-    async def control(request):
-        if request.path.endswith("/reset"):
-            counters.clear()
-        return web.json_response({"counters": dict(counters), "link": asdict(link), "time": time.time()})
+    control = _control_handler(counters, link, timeline)
 
     async def proxy(request):
         if request.path.startswith(CONTROL_PREFIX):
@@ -182,6 +203,8 @@ def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | Non
         is_get = method == "GET" and _is_object_path(request.path)
         kind = ("get" if is_get else "list" if method == "GET" else method.lower())
         counters[f"{kind}_requests"] += 1
+        if is_get:
+            timeline.add_get(time.time())
         if body:
             counters[f"{kind}_upload_bytes"] += len(body)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
@@ -202,6 +225,8 @@ def _make_app(upstream: str, link: LinkSettings, own: dict[str, OwnBucket] | Non
                 await total.take(len(chunk))
                 await response.write(chunk)
                 counters[f"{kind}_bytes"] += len(chunk)
+                if is_get:
+                    timeline.add_bytes(len(chunk), time.time())
             await response.write_eof()
             return response
 

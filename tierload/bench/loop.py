@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from tierload.bench.emulated_s3 import read_counters
+from tierload.bench.link_timeline import epoch_link, read_timeline
 from tierload.bench.workload import Dataset, Workload
 
 # Rows of the epochs finished so far in this process: a contender that fails mid-run still
@@ -49,13 +50,15 @@ def run_epochs(workload: Workload, dataset: Dataset, endpoint_url: str,
 
     Returns:
         One dict per epoch: ``epoch, samples, seconds, samples_per_s, stall_s, stall_fraction,
-        s3_gets, s3_bytes, s3`` (all counters), ``byte_hit_ratio`` and whatever ``epoch_extra`` adds.
+        s3_gets, s3_bytes, s3`` (all counters), ``byte_hit_ratio``, ``link`` (the link over the
+        epoch: :func:`tierload.bench.link_timeline.epoch_link`) and whatever ``epoch_extra`` adds.
     """
     step_s = workload.step_ms / 1000.0
     bytes_per_sample = dataset.mean_sample_bytes
     rows = []
     for epoch in range(workload.epochs):
         before = read_counters(endpoint_url)
+        wall_start = time.time()
         start = time.perf_counter()
         waited, samples = 0.0, 0
         iterator = iter(loader_for_epoch(epoch))
@@ -73,13 +76,16 @@ def run_epochs(workload: Workload, dataset: Dataset, endpoint_url: str,
         del iterator
         seconds = time.perf_counter() - start
         delta = s3_delta(before, read_counters(endpoint_url))
+        link = epoch_link(read_timeline(endpoint_url, wall_start - 1.0, wall_start + seconds + 1.0), wall_start,
+                          seconds)
         wanted = samples * bytes_per_sample
         row = {"epoch": epoch, "samples": samples, "seconds": seconds,
                "samples_per_s": samples / seconds if seconds else 0.0, "stall_s": waited,
                "stall_fraction": waited / seconds if seconds else 0.0,
                "s3_gets": delta.get("get_requests", 0), "s3_bytes": delta.get("get_bytes", 0), "s3": delta,
                # bytes the epoch consumed that did not come from S3 during it (clipped at 0)
-               "byte_hit_ratio": max(0.0, 1.0 - delta.get("get_bytes", 0) / wanted) if wanted else 0.0}
+               "byte_hit_ratio": max(0.0, 1.0 - delta.get("get_bytes", 0) / wanted) if wanted else 0.0,
+               "link": link}
         if epoch_extra is not None:
             row.update(epoch_extra(epoch))
         rows.append(row)

@@ -79,6 +79,36 @@ def standings(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def link_lines(report: dict[str, Any]) -> list[str]:
+    """Where each contender's epoch 1 went against the link (from the emulated link's timeline):
+    start-up before its first GET, the link's time from first to last byte and its mean rate
+    then, the tail after the last byte; tierload's MB/s per second of epoch 1 (the run whose
+    samples/s is the median's)."""
+    lines = []
+    for name, entry in report["contenders"].items():
+        if entry.get("status") != "ok" or not entry["epochs"] or not entry["epochs"][0].get("link"):
+            continue
+        row = entry["epochs"][0]
+        link, seconds = row["link"], row["seconds"]
+        if link["first_byte_s"] is None:
+            continue
+        busy_s = link["last_byte_s"] - link["first_byte_s"]
+        rate = row["s3_bytes"] / busy_s / 1e6 if busy_s > 0 else 0.0
+        lines.append(f"  {name:<13} {seconds:6.1f} s: first GET at {link['first_get_s']:.2f} s, bytes from "
+                     f"{link['first_byte_s']:.2f} to {link['last_byte_s']:.2f} s ({rate:.1f} MB/s then), "
+                     f"{seconds - link['last_byte_s']:.2f} s after the last byte")
+        if name == "tierload":
+            bound = report["probe"]["link_bound_samples_s"]
+            after = row["samples"] / (seconds - link["first_get_s"]) / bound if seconds > link["first_get_s"] else 0.0
+            lines.append(f"  tierload epoch 1 / link bound: {row['samples_per_s'] / bound:.3f} as measured; "
+                         f"{after:.3f} counting from its first GET (the {link['first_get_s']:.2f} s before it are "
+                         "DataLoader workers starting and the stream opening; the bound counts only link time)")
+            lines.append("  tierload MB/s per second: " + " ".join(f"{value:g}" for value in link["mb_s"]))
+    if lines:
+        lines.insert(0, "the link during epoch 1 (from iter(loader); 50 ms bins):")
+    return lines
+
+
 def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -138,6 +168,7 @@ def table(report: dict[str, Any]) -> str:
               "tree (loader workers, Ray)."]
     if notes:
         lines += ["notes:"] + [f"  {note}" for note in notes]
+    lines += link_lines(report)
     ranks = report.get("standings") or []
     if ranks:
         lines.append("tierload (warm off) samples/s over each contender's, same run (epoch 1 / epochs 2+):")

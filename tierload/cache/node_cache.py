@@ -202,6 +202,7 @@ class NodeCache:
         else:
             blocks = BlockTable.received(registration.blocks).blocks()
         source = ColdSource(registration.cold, self.config.cold)
+        source.prepare()  # the client made now: the epoch's first fetch sends its GET at once
         with self._cond:
             self._catalog.add(registration.dataset_id, blocks, source)
         return True

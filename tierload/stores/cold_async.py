@@ -249,6 +249,13 @@ class S3RangeReader:
                 self._routes[bucket] = (fs, none)
         return await self._get_object_aiobotocore(bucket, key, if_match, start, end)
 
+    async def prepare(self, fs: Any, bucket: str) -> None:
+        """Make ``fs``'s client and ``bucket``'s lean route (when GETs take the lean path); no request is sent."""
+        if self._source.config.lean_gets:
+            await self._route(fs, bucket)
+        else:
+            await fs.set_session()
+
     async def _route(self, fs: Any, bucket: str) -> s3_lean.S3Route | None:
         # Looked up once per bucket and filesystem for this reader (one read_ranges call), by the
         # first request; the others await that lookup instead of each starting their own. A
