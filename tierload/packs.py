@@ -1,7 +1,9 @@
 """Packs: many small objects stored, moved and counted as one tier block.
 
-Objects below ``manifest.pack_threshold_bytes`` are grouped at listing time, neighbours in
-listing order, into packs of about ``manifest.pack_target_bytes``. A pack's raw bytes are its
+Objects below ``manifest.pack_threshold_bytes`` are grouped at listing time into packs of about
+``manifest.pack_target_bytes``, in ``manifest.pack_order``: ``mixed`` (the default) cuts the
+listing in :func:`mixing_order`, so a pack holds objects from across the listing (many classes),
+``listing`` packs neighbours in listing order (see docs/packs.md). A pack's raw bytes are its
 members' bytes concatenated; its key derives from every member's URL, version and size, so a
 changed member gives a new key after a refresh and the old manifest's pack fails with
 :class:`tierload.errors.SourceChangedError` like a plain block. The cold read of any block,
@@ -325,7 +327,8 @@ class PackIndex:
     """Where each sample lies inside its block, for layouts with one sample per object.
 
     A plain block holds one member; a pack holds several, in pack order. Samples and members
-    are the same sequence (listing order), so block ``b`` holds samples ``first[b]:first[b+1]``.
+    are the same sequence (the manifest's sample order, which follows the pack order), so block
+    ``b`` holds samples ``first[b]:first[b+1]``.
 
     Attributes:
         first: int64 (blocks + 1,): index of each block's first member; the last entry is the
