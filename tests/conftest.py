@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -105,3 +107,45 @@ def faulty_s3(s3):
 
     with FaultyS3(s3.endpoint_url) as proxy:
         yield proxy
+
+
+# ------------------------------------------------- the compiled simulator, compiled beside the tests
+# Numba compiles the simulator's replay once per machine (cache=True), ~1 CPU-minute, almost all
+# of it in the first test that runs it; on a fresh clone (CI) that is every run. A test module
+# that runs the compiled engine asks for ``compiled_simulator``: if the session selected any such
+# test, another process compiles (fills numba's on-disk cache) from the end of collection on,
+# beside the tests before them (Ray and S3 tests often leave a core idle), and the first of them
+# waits for what is left of it instead of compiling all of it itself. Not niced: a first test
+# that waits for a starved compile would outlast its timeout on a loaded machine.
+_compile_process = pytest.StashKey[subprocess.Popen]()
+_COMPILE = "from tierload.simulator.fast import warm_up; warm_up()"
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    if any("compiled_simulator" in getattr(item, "fixturenames", ()) for item in session.items):
+        session.stash[_compile_process] = subprocess.Popen(
+            [sys.executable, "-c", _COMPILE], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+
+
+def pytest_sessionfinish(session):
+    process = session.stash.get(_compile_process, None)
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def compiled_simulator(request):
+    """Waits for the background compile of the simulator (above) to end, so the test loads the
+    compiled functions from numba's cache. If that compile failed or outlasts 10 minutes, the
+    test compiles them itself (and reports any compile error there)."""
+    process = request.session.stash.get(_compile_process, None)
+    if process is not None:
+        try:
+            process.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from cases_common import collect_raw
 from helpers import index_of, put_indexed_objects
-from test_cases import collect_raw
 from torch.utils.data import DataLoader
 
 from tierload.config import ColdConfig

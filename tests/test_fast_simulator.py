@@ -13,6 +13,9 @@ from tierload.simulator import DatasetShape, JobSpec, StackSpec, Trace, job_trac
 from tierload.simulator.belady import min_hit_flags
 from tierload.simulator.run import simulate_reference
 
+# The compiled engine: compiled beside the tests before these (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("compiled_simulator")
+
 HOT = ("clairvoyant", "keep", "lfu", "lfu-size", "lru")
 WARM = (None, "keep", "lfu", "lfu-size", "lru")
 TRACES = 240  # random traces replayed through both engines (every hot policy 48 times)

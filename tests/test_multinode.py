@@ -1,7 +1,9 @@
 """Three simulated nodes (``ray.cluster_utils.Cluster``): peer transfer, partitioned caching, node loss.
 
-Each scenario runs in its own process (tests/multinode/scenario.py) so its cluster is apart
-from this session's Ray; the scenario prints its measurements as JSON.
+The scenarios of the selected tests run in one process of their own (tests/multinode/scenario.py),
+so their cluster is apart from this session's Ray; they share that cluster and moto server
+(started once for this module), each with its own deployment (tier directories, actors), and
+print their measurements as JSON, one line per scenario.
 """
 
 from __future__ import annotations
@@ -14,20 +16,52 @@ from pathlib import Path
 import pytest
 
 SCENARIO = Path(__file__).parent / "multinode" / "scenario.py"
+# The scenario each test checks: the module's run does those of the selected tests only.
+SCENARIO_OF = {
+    "test_peers_serve_the_second_epoch_with_zero_cold_reads": "peer",
+    "test_blocks_too_large_for_a_share_of_the_object_store_are_never_asked_of_peers": "peer_limit",
+    "test_two_nodes_of_two_ranks_read_epoch_two_from_their_hot_tiers": "locality",
+    "test_a_node_lost_mid_epoch_leaves_the_survivors_exact": "node_loss",
+    "test_tierload_serve_status_and_stop_on_a_cluster": "serve",
+}
+# The first test's setup runs every selected scenario (each had 300 s when it ran on its own).
+pytestmark = pytest.mark.timeout(900)
 
 
-def run_scenario(name: str, workdir: Path) -> dict:
-    proc = subprocess.run([sys.executable, str(SCENARIO), name, str(workdir)], capture_output=True, text=True,
-                          timeout=420)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"scenario {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+@pytest.fixture(scope="module")
+def scenario_results(request, tmp_path_factory) -> dict:
+    """``{name: result}`` of every selected test's scenario, from one run of them on one cluster."""
+    names = sorted({SCENARIO_OF[item.originalname] for item in request.session.items
+                    if item.module is request.module})
+    workdir = tmp_path_factory.mktemp("multinode")
+    proc = subprocess.run([sys.executable, str(SCENARIO), ",".join(names), str(workdir)], capture_output=True,
+                          text=True, timeout=880)
+    results: dict = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            name, payload = line[len("RESULT "):].split(" ", 1)
+            results[name] = json.loads(payload)
+    results["_code"] = proc.returncode
+    results["_output"] = f"exit code {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return results
 
 
-def test_peers_serve_the_second_epoch_with_zero_cold_reads(tmp_path):
+@pytest.fixture
+def run_scenario(scenario_results):
+    """``run_scenario(name)``: that scenario's result from the module's run; fails the test with
+    the scenario's traceback (or the run's output) if it did not finish."""
+    def result_of(name: str) -> dict:
+        result = scenario_results.get(name)
+        assert scenario_results["_code"] == 0 and result is not None and "error" not in result, \
+            f"scenario {name} failed:\n{(result or {}).get('error', '')}\n{scenario_results['_output']}"
+        return result
+    return result_of
+
+
+def test_peers_serve_the_second_epoch_with_zero_cold_reads(run_scenario):
     """Case B31: each node's hot tier holds a third; warm is off. Epoch 2 comes from local hot tiers
     and peers (no cold GET), in a new shuffled order, every sample once across the ranks."""
-    result = run_scenario("peer", tmp_path)
+    result = run_scenario("peer")
     for number, epoch in enumerate(result["epochs"], 1):
         print(f"\npeer scenario, epoch {number}: per rank {epoch['per_rank']}, hot hits {epoch['hot_hits']}, "
               f"peer hits {epoch['peer_hits']} ({epoch['peer_bytes']} B on the wire), cold GETs "
@@ -44,11 +78,11 @@ def test_peers_serve_the_second_epoch_with_zero_cold_reads(tmp_path):
 
 
 @pytest.mark.slow
-def test_blocks_too_large_for_a_share_of_the_object_store_are_never_asked_of_peers(tmp_path):
+def test_blocks_too_large_for_a_share_of_the_object_store_are_never_asked_of_peers(run_scenario):
     """Case B24 across nodes: a peer's answer is a Ray return value (it passes whole through the
     object store), so a block larger than ``hot.peer_max_store_fraction`` of the node's store comes
     from warm or cold instead; every sample still arrives once."""
-    result = run_scenario("peer_limit", tmp_path)
+    result = run_scenario("peer_limit")
     first, second = result["epochs"]
     for epoch in (first, second):
         assert epoch["seen"] == list(range(90)) and epoch["per_rank"] == [30, 30, 30]
@@ -57,11 +91,11 @@ def test_blocks_too_large_for_a_share_of_the_object_store_are_never_asked_of_pee
 
 
 @pytest.mark.slow
-def test_two_nodes_of_two_ranks_read_epoch_two_from_their_hot_tiers(tmp_path):
+def test_two_nodes_of_two_ranks_read_epoch_two_from_their_hot_tiers(run_scenario):
     """Case B31, as reported: 2 nodes x 2 ranks, one hot dir per node, the data fits the two hot
     tiers together, shuffle on: epoch 2 makes at most 5% of epoch 1's cold GETs, its order differs,
     and each sample is read once per epoch across all ranks."""
-    result = run_scenario("locality", tmp_path)
+    result = run_scenario("locality")
     assert len(set(result["placement"])) == 2 and len(result["placement"]) == 4
     first, second = result["epochs"]
     for number, epoch in enumerate(result["epochs"], 1):
@@ -76,10 +110,10 @@ def test_two_nodes_of_two_ranks_read_epoch_two_from_their_hot_tiers(tmp_path):
     assert first["cold_gets"] > 0 and second["cold_gets"] <= 0.05 * first["cold_gets"]
 
 
-def test_a_node_lost_mid_epoch_leaves_the_survivors_exact(tmp_path):
+def test_a_node_lost_mid_epoch_leaves_the_survivors_exact(run_scenario):
     """The third node is removed mid-epoch: survivors finish their shares exactly once, the lost
     node's blocks come from warm or cold, nothing hangs, and the coordinator forgets the node."""
-    result = run_scenario("node_loss", tmp_path)
+    result = run_scenario("node_loss")
     survivors = result["survivors"]
     print(f"\nnode loss: survivors per rank {survivors['per_rank']} in {result['survivor_seconds']:.1f} s, "
           f"warm hits {survivors['warm_hits']}, cold GETs {survivors['cold_gets']}; lost rank: {result['doomed']}; "
@@ -94,10 +128,10 @@ def test_a_node_lost_mid_epoch_leaves_the_survivors_exact(tmp_path):
     assert result["lost_node"] not in coordinator["nodes"]
 
 
-def test_tierload_serve_status_and_stop_on_a_cluster(tmp_path):
+def test_tierload_serve_status_and_stop_on_a_cluster(run_scenario):
     """`tierload serve` starts one cache per node and the coordinator (a second call changes
     nothing); a job runs through those actors; `status` reports each node; `stop` ends them."""
-    result = run_scenario("serve", tmp_path)
+    result = run_scenario("serve")
     first, second = result["serve"]
     assert first["code"] == 0 and "started 4 actor(s)" in first["out"]
     assert second["code"] == 0 and "nothing to start" in second["out"]

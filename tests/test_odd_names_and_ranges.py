@@ -11,7 +11,7 @@ import logging
 import os
 
 import pytest
-from test_cases import proxied
+from cases_common import proxied
 from test_cold_async import source_for
 
 from tierload.config import ManifestConfig, load_config

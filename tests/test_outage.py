@@ -12,9 +12,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from cases_common import collect_raw, proxied
 from faulty_s3 import FaultyS3
 from helpers import index_of, put_indexed_objects
-from test_cases import collect_raw, proxied
 from test_cold_async import put_objects, source_for
 from torch.utils.data import DataLoader
 

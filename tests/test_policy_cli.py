@@ -12,6 +12,9 @@ from click.testing import CliRunner
 from tierload.cli.main import cli
 from tierload.config import check_config_file, load_config
 
+# The compiled engine: compiled beside the tests before these (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("compiled_simulator")
+
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
 BAD = """\

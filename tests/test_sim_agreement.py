@@ -18,6 +18,9 @@ from torch.utils.data import DataLoader
 from tierload.simulator import StackSpec, read_trace, simulate
 from tierload.simulator.tracefile import write_trace  # noqa: F401 - the format the file below follows
 
+# The compiled engine: compiled beside the tests before these (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("compiled_simulator")
+
 TOLERANCE = 0.05  # absolute, per tier
 
 

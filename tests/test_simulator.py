@@ -26,6 +26,9 @@ from tierload.simulator import (
 )
 from tierload.simulator.trace import rank_epoch_runs
 
+# The compiled engine: compiled beside the tests before these (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("compiled_simulator")
+
 MiB = 2**20
 
 

@@ -12,10 +12,14 @@ import json
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from click.testing import CliRunner
 
 from tierload.cli.main import cli
+
+# The compiled engine: compiled beside the tests before these (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("compiled_simulator")
 
 BASE = ("--dataset", "40", "--epochs", "2", "--world-size", "2", "--hot-capacity", "25%",
         "--hot-policies", "keep", "--warm-policies", "keep")

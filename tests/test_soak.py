@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from cases_common import collect_raw, proxied
 from faulty_s3 import FaultMix
-from test_cases import collect_raw, proxied
 from torch.utils.data import DataLoader
 
 OBJECTS = 60

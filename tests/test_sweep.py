@@ -19,6 +19,9 @@ from tierload.simulator.dataset_source import dataset_shape
 from tierload.simulator.fast.tracegen import fast_job_trace
 from tierload.simulator.sweep import parse_sweep, run_sweep, usd_per_run
 
+# The compiled engine: compiled beside the tests before these (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("compiled_simulator")
+
 MiB = 2**20
 
 

@@ -1,9 +1,14 @@
-"""Multi-node scenarios on a simulated Ray cluster (``ray.cluster_utils.Cluster``), one per run.
+"""Multi-node scenarios on a simulated Ray cluster (``ray.cluster_utils.Cluster``).
 
-Run as ``python tests/multinode/scenario.py SCENARIO WORKDIR``; prints one JSON line of results.
-Each scenario starts its own 3-node cluster (each node with its own hot directory and a
-custom resource ``node<i>``), moto's S3 server, and a training actor per node (rank = node
-index, world size 3), so it runs in its own process, apart from the test session's Ray.
+Run as ``python tests/multinode/scenario.py SCENARIO[,SCENARIO...] WORKDIR``; prints one line
+``RESULT NAME JSON`` per scenario. The run starts one 3-node cluster (each node with its own hot
+directory and a custom resource ``node<i>``) and moto's S3 server, in its own process, apart
+from the test session's Ray; each scenario deploys tierload afresh on it (its own tier
+directories under ``WORKDIR/NAME``, so its own actors), with its training actors (by default one
+per node: rank = node index, world size 3), and stops every actor before the next one starts.
+Starting the cluster and the server once per run instead of once per scenario saves their
+start-up for every scenario but the first. Scenarios run in the order of ``ORDER`` whatever the
+command line's order: ``node_loss`` removes a node of the shared cluster, so it comes last.
 """
 
 from __future__ import annotations
@@ -59,18 +64,33 @@ class Trainer:
         self.dataset._link.call("sync_now", wait_s=30.0)
 
 
-def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int = 64, start_trainers: bool = True,
-          node_count: int = NODES, ranks_per_node: int = 1, hot_extra: dict | None = None):
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"node0": 1}, "object_store_memory": 100 * 2**20})
-    nodes = [cluster.head_node]
-    for index in range(1, node_count):
-        nodes.append(cluster.add_node(num_cpus=1, resources={f"node{index}": 1}, object_store_memory=100 * 2**20))
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="tierload", log_to_driver=False, configure_logging=False)
-    s3 = LocalS3().start()
-    fs = s3.create_bucket("multinode")
-    fs.pipe({f"multinode/ds/obj-{i:05d}.bin": f"{i:08d}".encode() + bytes(SIZE - 8) for i in range(SAMPLES)})
+class Shared:
+    """One 3-node cluster and moto's server with the data set, shared by the scenarios of a run."""
+
+    def __init__(self) -> None:
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "resources": {"node0": 1}, "object_store_memory": 100 * 2**20})
+        self.nodes = [self.cluster.head_node]
+        for index in range(1, NODES):
+            self.nodes.append(self.cluster.add_node(num_cpus=1, resources={f"node{index}": 1},
+                                                    object_store_memory=100 * 2**20))
+        self.cluster.wait_for_nodes()
+        ray.init(address=self.cluster.address, namespace="tierload", log_to_driver=False, configure_logging=False)
+        self.s3 = LocalS3().start()
+        fs = self.s3.create_bucket("multinode")
+        fs.pipe({f"multinode/ds/obj-{i:05d}.bin": f"{i:08d}".encode() + bytes(SIZE - 8) for i in range(SAMPLES)})
+
+    def close(self) -> None:
+        self.s3.stop()
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+def start(shared: Shared, workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int = 64,
+          start_trainers: bool = True, node_count: int = NODES, ranks_per_node: int = 1,
+          hot_extra: dict | None = None):
+    """A deployment of its own (tier directories under ``workdir``) on the shared cluster, with
+    ``ranks_per_node`` trainers on each of its first ``node_count`` nodes."""
     stored = SIZE + 40  # block header
     config = {
         "hot": {"dir": f"{workdir}/hot/{{node}}", "capacity_bytes": int(SAMPLES * stored * per_node_fraction),
@@ -82,9 +102,30 @@ def start(workdir: str, warm: bool, per_node_fraction: float, depth_blocks: int 
     }
     world_size = node_count * ranks_per_node
     trainers = [Trainer.options(resources={f"node{rank // ranks_per_node}": 0.01}).remote(
-        rank, "s3://multinode/ds", config, s3.storage_options, world_size)
+        rank, "s3://multinode/ds", config, shared.s3.storage_options, world_size)
                 for rank in range(world_size)] if start_trainers else []
-    return cluster, nodes, s3, config, trainers
+    return config, trainers
+
+
+def end(config: dict, trainers: list, wait: bool = True) -> None:
+    """Stop a scenario's trainers and actors, and (``wait``) wait until no named actor is left, so
+    the next scenario on the shared cluster starts from a cluster without tierload actors."""
+    from tierload.cache.runtime import stop_actors
+    from tierload.config import load_config
+
+    for trainer in trainers:
+        try:
+            ray.kill(trainer)
+        except Exception:  # noqa: BLE001 - on a removed node: already gone
+            pass
+    stop_actors(load_config(config))
+    if not wait:
+        return
+    deadline = time.monotonic() + 60
+    while ray.util.list_named_actors(all_namespaces=True):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"actors left after the scenario: {ray.util.list_named_actors(all_namespaces=True)}")
+        time.sleep(0.1)
 
 
 def summarize(results: list[dict]) -> dict:
@@ -102,9 +143,9 @@ def summarize(results: list[dict]) -> dict:
             "hit_ratio_per_rank": [hit_ratios(s) for s in stats]}
 
 
-def scenario_peer(workdir: str, hot_extra: dict | None = None) -> dict:
+def scenario_peer(shared: Shared, workdir: str, hot_extra: dict | None = None) -> dict:
     """Warm disabled, each hot tier holds a third: epoch 2 must come from hot tiers and peers only."""
-    cluster, _nodes, s3, _config, trainers = start(workdir, warm=False, per_node_fraction=0.36, hot_extra=hot_extra)
+    config, trainers = start(shared, workdir, warm=False, per_node_fraction=0.36, hot_extra=hot_extra)
     try:
         placement = ray.get([t.node_id.remote() for t in trainers])
         epochs = []
@@ -113,22 +154,20 @@ def scenario_peer(workdir: str, hot_extra: dict | None = None) -> dict:
             ray.get([t.land_warm_writes.remote() for t in trainers])  # the epoch's residency reaches the coordinator
         return {"distinct_nodes": len(set(placement)), "epochs": epochs}
     finally:
-        s3.stop()
-        ray.shutdown()
-        cluster.shutdown()
+        end(config, trainers)
 
 
-def scenario_peer_limit(workdir: str) -> dict:
+def scenario_peer_limit(shared: Shared, workdir: str) -> dict:
     """Case B24 across nodes: as ``peer``, but blocks (2 kB) are larger than the share of a node's
     object store (100 MiB) a peer may send (``hot.peer_max_store_fraction``: 1e-5, about 1 kB)."""
-    return scenario_peer(workdir, hot_extra={"peer_max_store_fraction": 1e-5})
+    return scenario_peer(shared, workdir, hot_extra={"peer_max_store_fraction": 1e-5})
 
 
-def scenario_locality(workdir: str) -> dict:
-    """Case B31: 2 nodes x 2 ranks, warm off, the two hot tiers together hold the data: shuffled
-    epochs 1 and 2, epoch 2 from the hot tiers (own or peer's), not S3."""
-    cluster, _nodes, s3, _config, trainers = start(workdir, warm=False, per_node_fraction=0.55, node_count=2,
-                                                   ranks_per_node=2)
+def scenario_locality(shared: Shared, workdir: str) -> dict:
+    """Case B31: 2 nodes x 2 ranks (the shared cluster's third node runs no trainer, so it has no
+    node cache), warm off, the two hot tiers together hold the data: shuffled epochs 1 and 2,
+    epoch 2 from the hot tiers (own or peer's), not S3."""
+    config, trainers = start(shared, workdir, warm=False, per_node_fraction=0.55, node_count=2, ranks_per_node=2)
     try:
         placement = ray.get([t.node_id.remote() for t in trainers])
         epochs = []
@@ -137,15 +176,14 @@ def scenario_locality(workdir: str) -> dict:
             time.sleep(0.6)  # epoch boundary: residency reaches the coordinator
         return {"placement": placement, "epochs": epochs}
     finally:
-        s3.stop()
-        ray.shutdown()
-        cluster.shutdown()
+        end(config, trainers)
 
 
-def scenario_node_loss(workdir: str) -> dict:
-    """Warm enabled; the third node is removed mid-epoch 2; survivors must finish exactly once."""
+def scenario_node_loss(shared: Shared, workdir: str) -> dict:
+    """Warm enabled; the third node is removed mid-epoch 2; survivors must finish exactly once.
+    It removes a node of the shared cluster: it runs last (see ``ORDER``)."""
     # A shallow prefetch, so the survivors still need the lost node's blocks after it is gone.
-    cluster, nodes, s3, config, trainers = start(workdir, warm=True, per_node_fraction=0.36, depth_blocks=2)
+    config, trainers = start(shared, workdir, warm=True, per_node_fraction=0.36, depth_blocks=2)
     try:
         lost_node = ray.get(trainers[2].node_id.remote())
         first = summarize(ray.get([t.epoch.remote(0) for t in trainers]))
@@ -154,7 +192,7 @@ def scenario_node_loss(workdir: str) -> dict:
         doomed = trainers[2].epoch.remote(1, 0.3)
         time.sleep(0.6)
         started = time.monotonic()
-        cluster.remove_node(nodes[2])
+        shared.cluster.remove_node(shared.nodes[2])
         results = ray.get(survivors, timeout=240)
         elapsed = time.monotonic() - started
         try:
@@ -176,9 +214,7 @@ def scenario_node_loss(workdir: str) -> dict:
                 "doomed": doomed_state, "lost_node": lost_node, "coordinator": coord,
                 "expected": [sorted(r) for r in _expected_slices(1)]}
     finally:
-        s3.stop()
-        ray.shutdown()
-        cluster.shutdown()
+        end(config, trainers, wait=False)  # the last scenario: the lost node's cache cannot be stopped
 
 
 def _expected_slices(epoch: int) -> list[list[int]]:
@@ -190,7 +226,7 @@ def _expected_slices(epoch: int) -> list[list[int]]:
     return [rank_slice(order, rank=r, world_size=NODES, drop_last=False).tolist() for r in range(NODES)]
 
 
-def scenario_serve(workdir: str) -> dict:
+def scenario_serve(shared: Shared, workdir: str) -> dict:
     """``tierload serve`` starts the actors (idempotently), a job runs through them, ``status``
     reports per node, ``stop`` ends them."""
     import os
@@ -198,7 +234,7 @@ def scenario_serve(workdir: str) -> dict:
 
     import yaml
 
-    cluster, _nodes, s3, config, trainers = start(workdir, warm=True, per_node_fraction=0.5, start_trainers=False)
+    config, trainers = start(shared, workdir, warm=True, per_node_fraction=0.5, start_trainers=False)
     try:
         os.makedirs(workdir, exist_ok=True)
         path = f"{workdir}/service.yaml"
@@ -207,14 +243,15 @@ def scenario_serve(workdir: str) -> dict:
         tierload = [sys.executable, "-m", "tierload.cli.main"]
 
         def cli(*args):
-            proc = subprocess.run([*tierload, *args, "--address", cluster.address, "--config", path],
+            proc = subprocess.run([*tierload, *args, "--address", shared.cluster.address, "--config", path],
                                   capture_output=True, text=True, timeout=180, env=dict(os.environ))
             return {"code": proc.returncode, "out": proc.stdout.strip(), "err": proc.stderr.strip()[-2000:]}
 
         first, second = cli("serve"), cli("serve")
         names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
         trainers = [Trainer.options(resources={f"node{i}": 0.01}).remote(i, "s3://multinode/ds", config,
-                                                                          s3.storage_options) for i in range(NODES)]
+                                                                          shared.s3.storage_options)
+                    for i in range(NODES)]
         job = summarize(ray.get([t.epoch.remote(0) for t in trainers]))
         ray.get([t.land_warm_writes.remote() for t in trainers])  # every warm write lands before status counts them
         names_after_job = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
@@ -226,16 +263,35 @@ def scenario_serve(workdir: str) -> dict:
                 "status": json.loads(status["out"]) if status["code"] == 0 else status, "table": table["out"],
                 "stop": stopped, "left": left}
     finally:
-        s3.stop()
-        ray.shutdown()
-        cluster.shutdown()
+        end(config, trainers)
 
 
-SCENARIOS = {"peer": scenario_peer, "peer_limit": scenario_peer_limit, "locality": scenario_locality, "node_loss": scenario_node_loss,
-             "serve": scenario_serve}
+SCENARIOS = {"peer": scenario_peer, "peer_limit": scenario_peer_limit, "locality": scenario_locality,
+             "node_loss": scenario_node_loss, "serve": scenario_serve}
+# The order of a run: node_loss removes a node of the shared cluster, so it comes last.
+ORDER = ("peer", "peer_limit", "locality", "serve", "node_loss")
+
+
+def main(names: list[str], workdir: str) -> None:
+    """Run ``names`` (in ``ORDER``) on one shared cluster, each in its own deployment under
+    ``workdir/NAME``; print ``RESULT NAME JSON`` for each (``{"error": traceback}`` if it raised)."""
+    import traceback
+
+    unknown = set(names) - set(ORDER)
+    if unknown:
+        raise SystemExit(f"unknown scenario(s) {sorted(unknown)}; known: {', '.join(ORDER)}")
+    shared = Shared()
+    try:
+        for name in (name for name in ORDER if name in names):
+            try:
+                result = SCENARIOS[name](shared, f"{workdir}/{name}")
+            except Exception:  # noqa: BLE001 - reported to the test of that scenario, the others still run
+                result = {"error": traceback.format_exc()}
+            print(f"RESULT {name} " + json.dumps(result), flush=True)
+    finally:
+        shared.close()
+
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
-    name, workdir = sys.argv[1], sys.argv[2]
-    result = SCENARIOS[name](workdir)
-    print("RESULT " + json.dumps(result))
+    main(sys.argv[1].split(","), sys.argv[2])
