@@ -26,6 +26,15 @@ def _config(hot, capacity=2**20, **sections):
 
 
 @pytest.fixture
+def impatient(monkeypatch):
+    """A refused start gives up after 0.2 s instead of ownership's 5 s of patience (which exists
+    for an owner still exiting; these tests' owners are alive, so the refusal is the same)."""
+    from tierload.cache import ownership
+
+    monkeypatch.setattr(ownership, "ACQUIRE_PATIENCE_S", 0.2)
+
+
+@pytest.fixture
 def started():
     caches = []
 
@@ -39,7 +48,7 @@ def started():
         cache.close()
 
 
-def test_a_second_cache_on_an_owned_directory_is_refused_with_the_owner_and_each_difference(tmp_path, started):
+def test_a_second_cache_on_an_owned_directory_is_refused_with_the_owner_and_each_difference(tmp_path, started, impatient):
     """Case B39: one owner per hot dir: a second cache with other settings is refused, naming the owner and each
     difference"""
     hot = tmp_path / "hot"
@@ -59,7 +68,7 @@ def test_a_second_cache_on_an_owned_directory_is_refused_with_the_owner_and_each
     assert read_endpoint(str(hot)).pid == os.getpid() and live_owner(str(hot)) == owner
 
 
-def test_another_spelling_of_the_same_directory_is_the_same_owner(tmp_path, started):
+def test_another_spelling_of_the_same_directory_is_the_same_owner(tmp_path, started, impatient):
     hot = tmp_path / "hot"
     hot.mkdir()
     alias = tmp_path / "alias"
@@ -97,7 +106,7 @@ _OWNER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_a_killed_owner_is_taken_over_with_its_complete_blocks_adopted(tmp_path, started, caplog):
+def test_a_killed_owner_is_taken_over_with_its_complete_blocks_adopted(tmp_path, started, caplog, impatient):
     """Case B12: a dead owner's lock is detected and taken over; its complete blocks are reused"""
     hot = tmp_path / "hot"
     owner = subprocess.Popen([sys.executable, "-c", _OWNER_SCRIPT, str(hot)], stdout=subprocess.PIPE, text=True)
