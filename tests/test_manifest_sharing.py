@@ -118,7 +118,7 @@ def test_the_walk_sees_copy_on_read_of_a_block_per_sample(tmp_path):
 HEAP_PROBE = """
 import os, sys, numpy as np, psutil
 from tierload.order import epoch_order, worker_positions
-from tierload.stores.listing import map_large_allocations
+from tierload.process_memory import map_large_allocations
 for _ in range(3):  # a manifest build's large temporaries, freed: glibc raises its mmap threshold
     big = np.ones(4_000_000); del big
 sample_block = np.repeat(np.arange(27_000, dtype=np.int32), 75)[:2_000_000]

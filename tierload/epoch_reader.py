@@ -17,8 +17,8 @@ from tierload.cache.consumer import BlockReader, NodeLink
 from tierload.errors import ChannelLostError
 from tierload.layouts.registry import layout_spec
 from tierload.order import worker_positions
+from tierload.process_memory import map_large_allocations, release_freed_memory
 from tierload.resume import Progress
-from tierload.stores.listing import map_large_allocations, release_freed_memory
 
 if TYPE_CHECKING:
     from tierload.cache.messages import StreamPlan

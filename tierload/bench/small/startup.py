@@ -187,7 +187,7 @@ class ManifestWalk(IterableDataset):
         self._uss_start: float | None = None
 
     def __iter__(self):
-        from tierload.stores.listing import map_large_allocations
+        from tierload.process_memory import map_large_allocations
 
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
