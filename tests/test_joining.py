@@ -194,7 +194,10 @@ def test_a_joiner_finishes_its_epoch_and_takes_over_when_the_owner_exits(s3, buc
     assert live_owner(str(tmp_path / "hot")).pid == result["cache_pid"]
     assert joiner.finish() == 0
     log = joiner.log_path.read_text()
-    assert "reading blocks directly until it is back" in log  # the owner went away mid-epoch
+    # The owner went away mid-epoch: the joiner either read blocks itself until its own node
+    # cache answered, or (when that cache was up before its next read) reconnected at once.
+    assert ("reading blocks directly until it is back" in log
+            or ("was gone; it runs again" in log and "reconnected to the node cache" in log)), log
     # The owner's job closed its cache at exit (socket and endpoint withdrawn, lock released):
     # the joiner's keeper started the cache that owns the directory now.
     assert f"was gone; it runs again (pid {result['cache_pid']}) with the same configuration" in log
