@@ -107,6 +107,8 @@ class EpochReader:
         direct_layout = layout_spec(manifest.layout).supports_direct_read
         device, kvikio = dataset._output.prepare(self.info is not None, direct_layout)
         block_device = device if direct_layout else None  # pinned-copy path: whole blocks to the device
+        if device is not None:  # imported once per epoch, not once per block or sample
+            from tierload.gpu import block_to_device, sample_to_device
         reader = BlockReader(link, direct=dataset._direct_source, reopen=self._open)
         decoded: OrderedDict[int, Any] = OrderedDict()
         keep_decoded = 1 if dataset._reuse_gap() == 1 else dataset.window_blocks + 2
@@ -125,8 +127,6 @@ class EpochReader:
                     if raw is None:
                         raw = reader.read(self.stream_id, self.worker, position, block_key)
                         if block_device is not None:
-                            from tierload.gpu import block_to_device
-
                             raw = block_to_device(raw, block_device)
                     else:
                         dataset.consumer_stats["device_direct_reads"] += 1
@@ -136,8 +136,6 @@ class EpochReader:
                         decoded.popitem(last=False)
                 sample, label = samples[int(sample_index[sample_id])]
                 if device is not None:
-                    from tierload.gpu import sample_to_device
-
                     sample = sample_to_device(sample, device)
                 if dataset.transform is not None:
                     sample = dataset.transform(sample)
