@@ -92,6 +92,11 @@ def link_lines(report: dict[str, Any]) -> list[str]:
         link, seconds = row["link"], row["seconds"]
         if link["first_byte_s"] is None:
             continue
+        if link["first_get_s"] is None:
+            # e.g. the RAM contender: it read everything before iter(loader); the bytes the
+            # timeline places in the epoch's first bin are the end of those reads
+            lines.append(f"  {name:<13} {seconds:6.1f} s: no GET during epoch 1 (its data was read before it)")
+            continue
         busy_s = link["last_byte_s"] - link["first_byte_s"]
         rate = row["s3_bytes"] / busy_s / 1e6 if busy_s > 0 else 0.0
         lines.append(f"  {name:<13} {seconds:6.1f} s: first GET at {link['first_get_s']:.2f} s, bytes from "
