@@ -14,6 +14,7 @@ from helpers import png_bytes
 from tierload.config import ManifestConfig, load_config
 from tierload.errors import (
     BucketNotFoundError,
+    ConfigError,
     EndpointUnreachableError,
     ManifestError,
     SourceChangedError,
@@ -172,6 +173,23 @@ def test_unreachable_endpoint_and_missing_bucket_are_typed_errors(s3):
     with pytest.raises(BucketNotFoundError) as info:
         cold(s3, "s3://no-such-bucket-here/x").list_objects()
     assert "no-such-bucket-here" in str(info.value)
+
+
+def test_a_missing_local_directory_is_named_as_missing_not_as_empty(tmp_path):
+    config = load_config({})
+    missing = tmp_path / "trian"
+    with pytest.raises(SourceNotFoundError, match=f"the directory '{missing}' does not exist"):
+        ColdSource(f"file://{missing}", config.cold).list_objects()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ManifestError, match="holds no objects"):  # an existing empty one stays "empty"
+        build_manifest(ColdSource(f"file://{tmp_path / 'empty'}", config.cold), ManifestConfig())
+
+
+def test_a_misspelt_layout_is_a_config_error_before_any_listing(tmp_path):
+    # the directory does not exist either: the layout is checked first, so no listing was sent
+    source = ColdSource(f"file://{tmp_path / 'missing'}", load_config({}).cold)
+    with pytest.raises(ConfigError, match="unknown layout 'file'; choose one of auto, imagefolder"):
+        build_manifest(source, ManifestConfig(), layout="file")
 
 
 def test_an_empty_prefix_is_a_manifest_error(s3, bucket):

@@ -88,6 +88,12 @@ def test_an_empty_prefix_exits_with_the_manifest_error_code(s3, bucket, tier_con
     assert "holds no objects" in _one_line_error(CliRunner().invoke(command), 3, "ManifestError")
 
 
+def test_warm_with_an_unknown_layout_exits_with_the_config_error_code(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"x")
+    result = CliRunner().invoke(cli, ["warm", f"file://{tmp_path}", "--layout", "file"])
+    assert "unknown layout 'file'; choose one of" in _one_line_error(result, 2, "ConfigError")
+
+
 def test_an_unreachable_endpoint_exits_with_the_backend_error_code(tier_config):
     config = tier_config(cold={"max_attempts": 1, "connect_timeout_s": 2})
     unreachable = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}, "key": "k", "secret": "s"}

@@ -299,14 +299,17 @@ def build_manifest(source: ColdSource, config: ManifestConfig, layout: str | Non
             ``auto``.
 
     Raises:
-        ManifestError: Unknown layout or nothing to read.
+        ConfigError: Unknown layout (before anything is listed).
+        ManifestError: Nothing to read.
         BackendError: The listing failed (unreachable endpoint, missing bucket ...).
     """
+    chosen = layout or config.layout
+    if chosen != "auto":
+        layout_spec(chosen)  # a misspelt layout fails now, not after listing millions of keys
     objects = source.list_objects(exclude=tuple(config.exclude), spill_dir=os.path.expanduser(config.cache_dir))
     if len(objects) == 0:
         unreadable = f"; {len(objects.unreadable)} skipped: {objects.unreadable}" if objects.unreadable else ""
         raise ManifestError(f"the prefix holds no objects{unreadable}", tier="cold", url=source.url)
-    chosen = layout or config.layout
     if chosen == "auto":
         chosen = detect_layout(objects, config)
     plan = layout_spec(chosen).plan(source, objects, config)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from tierload.errors import ManifestError
+from tierload.errors import ConfigError
 from tierload.layouts.base import BlockDecoder, LayoutPlan
 
 if TYPE_CHECKING:
@@ -132,9 +132,10 @@ def layout_spec(name: str) -> LayoutSpec:
     """The registry entry of ``name``.
 
     Raises:
-        ManifestError: Unknown name (the message lists the known ones).
+        ConfigError: Unknown name (the message lists the known ones): a layout comes from the
+            job's configuration or arguments, so it is a configuration error (CLI exit code 2).
     """
     try:
         return LAYOUTS[name]
     except KeyError:
-        raise ManifestError(f"unknown layout {name!r}; choose one of auto, {', '.join(LAYOUT_NAMES)}") from None
+        raise ConfigError(f"unknown layout {name!r}; choose one of auto, {', '.join(LAYOUT_NAMES)}") from None

@@ -26,7 +26,7 @@ from typing import Any
 import fsspec
 
 from tierload.config import ColdConfig
-from tierload.errors import BucketNotFoundError, ConfigError, SourceChangedError
+from tierload.errors import BucketNotFoundError, ConfigError, SourceChangedError, SourceNotFoundError
 from tierload.stores import aws_chain
 from tierload.stores.cold_async import RangeRequest, S3RangeReader, check_length
 from tierload.stores.cold_errors import error_code, exception_chain, translate_error
@@ -159,7 +159,8 @@ class ColdSource:
                 :mod:`tierload.stores.listing_spill`); None: the system's temporary directory.
 
         Raises:
-            EndpointUnreachableError, BucketNotFoundError, SourceNotFoundError, BackendError.
+            EndpointUnreachableError, BucketNotFoundError, BackendError.
+            SourceNotFoundError: A ``file://`` directory that does not exist.
         """
         root = self._strip(self.url)
 
@@ -167,6 +168,10 @@ class ColdSource:
             found = self._list(root, exclude, spill_dir)
             if len(found) == 0 and self.protocol not in ("file", "local"):
                 found = self._list_empty(root, exclude)
+            elif len(found) == 0 and not os.path.exists(root):
+                # unlike an S3 prefix, a directory exists or not: a typo says so, not "empty"
+                raise SourceNotFoundError(f"the directory {root!r} does not exist; check the path", tier="cold",
+                                          url=self.url)
             return found
 
         return self._with_retries(self.url, listing)
