@@ -418,17 +418,29 @@ def test_small_workload_peers_smoke(workload, small_run):
             assert contenders[name]["s3"]["get_bytes"] == options.count * options.size * options.epochs
 
 
-def test_small_workload_runs_only_the_peers_named(tmp_path):
-    """``peer_loaders`` (the CLI's ``--contenders`` on a small workload) picks which other loaders run."""
+def test_small_workload_runs_only_the_peers_named(tmp_path, monkeypatch):
+    """``peer_loaders`` (the CLI's ``--contenders`` on a small workload) picks which other loaders run.
+    The workload's own rig runs for real (moto, the emulated S3, the ceiling probe); the contenders'
+    processes are only recorded, not started: test_small_workload_smoke and
+    test_small_workload_peers_smoke run each of them (this saved ~25 s of the suite)."""
     import dataclasses
 
+    from tierload.bench.small import run as small_run_module
     from tierload.bench.small.run import SmallOptions, run_small
 
+    started: list[str] = []
+
+    def record(runner, name, setup, module="tierload.bench.small.contenders", profile_to=None):
+        started.append(name)
+        return {"ok": True, "epochs": []}
+
+    monkeypatch.setattr(small_run_module._Runner, "contender", record)
     options = dataclasses.replace(SmallOptions.smoke("small-s3"), count=300, classes=3, size=4096,
                                   cache_dir=str(tmp_path / "data"), peer_loaders=("s3torch",))
     result = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=240)
     ran = set(result["contenders"]) | set(result.get("not_run", {}))
     assert ran == {"tierload-s3", "s3torch-s3"}, ran
+    assert started == ["tierload-s3", "s3torch-s3"]
     with pytest.raises(ValueError, match="peer_loaders"):
         SmallOptions(workload="small-s3", peer_loaders=("streaming",))
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from tierload.config import load_config
+from tierload.errors import SourceNotFoundError
 from tierload.stores.cold import ColdSource
 from tierload.stores.listing import ObjectInfo, ObjectListing
 
@@ -76,7 +77,8 @@ def test_local_listing_walks_with_scandir(tmp_path):
     assert listing.sizes.tolist() == [os.path.getsize(url[len("file://"):]) for url in expected]
     for info in listing:
         assert info == source.head(info.url)
-    assert len(ColdSource(f"file://{tmp_path}/missing", load_config({}).cold).list_objects()) == 0
+    with pytest.raises(SourceNotFoundError, match="does not exist"):  # not an empty listing: a typo is named
+        ColdSource(f"file://{tmp_path}/missing", load_config({}).cold).list_objects()
 
 
 def test_object_listing_is_a_sequence_of_object_infos():
