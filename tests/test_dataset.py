@@ -302,6 +302,8 @@ def test_bad_arguments_are_typed_errors_naming_the_value(s3, ray_session, tier_c
         TieredDataset("s3://b/x", shuffle="yes", lazy=True)
     with pytest.raises(ConfigError, match="not-a-url"):
         TieredDataset("not-a-url", lazy=True)
+    with pytest.raises(ConfigError, match="or file:///data/train for that local directory"):
+        TieredDataset("/data/train/", lazy=True)
     with pytest.raises(BucketNotFoundError, match="missing-bucket-xyz"):
         TieredDataset("s3://missing-bucket-xyz/x", tier_config(), storage_options=s3.storage_options)
 

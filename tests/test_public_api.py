@@ -92,6 +92,8 @@ def test_warm_with_an_unknown_layout_exits_with_the_config_error_code(tmp_path):
     (tmp_path / "a.bin").write_bytes(b"x")
     result = CliRunner().invoke(cli, ["warm", f"file://{tmp_path}", "--layout", "file"])
     assert "unknown layout 'file'; choose one of" in _one_line_error(result, 2, "ConfigError")
+    bare = CliRunner().invoke(cli, ["warm", str(tmp_path)])  # the job would refuse it: so does warm
+    assert f"or file://{tmp_path} for that local directory" in _one_line_error(bare, 2, "ConfigError")
 
 
 def test_an_unreachable_endpoint_exits_with_the_backend_error_code(tier_config):

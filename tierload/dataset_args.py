@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from tierload.errors import ConfigError
 from tierload.layouts.registry import LAYOUT_NAMES
 from tierload.order import SHUFFLE_MODES
+
+
+def check_dataset_url(url: object) -> None:
+    """The dataset prefix must be a URL with a scheme (``s3://bucket/train``, ``file:///data/train``):
+    the scheme picks the cold tier's file system, and one spelling keeps one manifest per prefix.
+
+    Raises:
+        ConfigError: Not a string, or no ``scheme://``; for a bare path the message gives the
+            ``file://`` URL of that path.
+    """
+    if isinstance(url, str) and "://" not in url:
+        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train, or "
+                          f"file://{os.path.abspath(os.path.expanduser(url))} for that local directory")
+    if not isinstance(url, str):
+        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL string, e.g. s3://bucket/train")
 
 
 def check_arguments(url: str, shuffle: bool | str, batch_size: int | None, layout: str | None,
@@ -16,8 +32,7 @@ def check_arguments(url: str, shuffle: bool | str, batch_size: int | None, layou
     Raises:
         ConfigError: The first bad argument, named with its value.
     """
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train")
+    check_dataset_url(url)
     if isinstance(shuffle, bool):
         shuffle = "auto" if shuffle else "none"
     if shuffle not in (*SHUFFLE_MODES, "auto"):

@@ -35,6 +35,7 @@ from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.checksum import checksum
 from tierload.checksum_key import deployment_key
 from tierload.config import TierloadConfig
+from tierload.dataset_args import check_dataset_url
 from tierload.errors import ConfigError, ServiceError
 from tierload.manifest import Manifest
 from tierload.order import epoch_order, resolve_shuffle
@@ -339,7 +340,7 @@ def prestage(url: str, config: TierloadConfig, *, layout: str | None = None, epo
         What was staged, found, refused and skipped.
 
     Raises:
-        ConfigError: No warm tier, or a bad ``epochs``/``fraction``.
+        ConfigError: A URL without a scheme, no warm tier, or a bad ``epochs``/``fraction``.
         ManifestError: The prefix cannot be described.
         BackendError: The cold or warm tier failed.
         ServiceError: Another process owns the warm tier and cannot be reached.
@@ -348,6 +349,7 @@ def prestage(url: str, config: TierloadConfig, *, layout: str | None = None, epo
     from tierload.packs import manifest_settings
     from tierload.stores.cold import ColdLocation, ColdSource
 
+    check_dataset_url(url)  # as TieredDataset does: a bare path would be read as another prefix
     if epochs < 1:
         raise ConfigError(f"epochs={epochs!r}; it must be >= 1")
     source = ColdSource(ColdLocation.resolve(url.rstrip("/"), config.cold), config.cold)
