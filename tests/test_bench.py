@@ -203,11 +203,15 @@ def test_report_splits_epoch_1_at_the_first_get():
     row = {"epoch": 0, "samples": 600, "seconds": 10.0, "samples_per_s": 60.0, "s3_bytes": 111_200_000, "link": link}
     result = {"probe": {"link_bound_samples_s": 100.0},
               "contenders": {"tierload": {"status": "ok", "epochs": [row]}, "s3fs": {"status": "not run"},
-                             # read into RAM before the epoch: the timeline's first bin holds its last bytes
-                             "ram": {"status": "ok", "epochs": [{**row, "seconds": 0.5, "link": {
+                             # read into RAM before the epoch: the timeline's first bin (straddling the
+                             # start) holds its last bytes, with or without the GETs that asked for them
+                             "ram": {"status": "ok", "epochs": [{**row, "seconds": 0.5, "s3_gets": 0, "link": {
+                                 "first_get_s": 0.0, "first_byte_s": 0.0, "last_byte_s": 0.0, "mb_s": [0.1]}}]},
+                             "preloaded": {"status": "ok", "epochs": [{**row, "seconds": 0.5, "link": {
                                  "first_get_s": None, "first_byte_s": 0.0, "last_byte_s": 0.009, "mb_s": [0.1]}}]}}}
     lines = report.link_lines(result)
     assert lines[4] == "  ram              0.5 s: no GET during epoch 1 (its data was read before it)"
+    assert lines[5] == "  preloaded        0.5 s: no GET during epoch 1 (its data was read before it)"
     assert "first GET at 2.00 s, bytes from 2.05 to 9.00 s (16.0 MB/s then), 1.00 s after the last byte" in lines[1]
     # 60 of 100 samples/s as measured; 600 samples in the 8 s from the first GET: 0.75
     assert "0.600 as measured; 0.750 counting from its first GET" in lines[2]

@@ -92,9 +92,10 @@ def link_lines(report: dict[str, Any]) -> list[str]:
         link, seconds = row["link"], row["seconds"]
         if link["first_byte_s"] is None:
             continue
-        if link["first_get_s"] is None:
-            # e.g. the RAM contender: it read everything before iter(loader); the bytes the
-            # timeline places in the epoch's first bin are the end of those reads
+        if link["first_get_s"] is None or row.get("s3_gets") == 0:
+            # e.g. the RAM contender: it read everything before iter(loader) (the exact counters
+            # saw no GET in the epoch); what the timeline's 50 ms bin straddling the start holds
+            # is the end of those reads
             lines.append(f"  {name:<13} {seconds:6.1f} s: no GET during epoch 1 (its data was read before it)")
             continue
         busy_s = link["last_byte_s"] - link["first_byte_s"]
