@@ -18,11 +18,11 @@ def check_dataset_url(url: object) -> None:
         ConfigError: Not a string, or no ``scheme://``; for a bare path the message gives the
             ``file://`` URL of that path.
     """
-    if isinstance(url, str) and "://" not in url:
-        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train, or "
-                          f"file://{os.path.abspath(os.path.expanduser(url))} for that local directory")
     if not isinstance(url, str):
         raise ConfigError(f"url={url!r}: give the dataset prefix as a URL string, e.g. s3://bucket/train")
+    if "://" not in url:
+        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train, or "
+                          f"file://{os.path.abspath(os.path.expanduser(url))} for that local directory")
 
 
 def check_arguments(url: str, shuffle: bool | str, batch_size: int | None, layout: str | None,
