@@ -3,8 +3,8 @@
 Three measurements per block size, each keyed and unkeyed on the same bytes, interleaved so
 that a loaded machine slows both alike (compare the ratios, not the absolute figures):
 
-* ``hash``: :func:`tierload.checksum.checksum` alone;
-* ``verify``: :func:`tierload.blockfile.verify_frame` of a raw frame in memory (the node
+* ``hash``: :func:`tierload.frames.checksum.checksum` alone;
+* ``verify``: :func:`tierload.frames.blockfile.verify_frame` of a raw frame in memory (the node
   cache's check before it hands a frame on);
 * ``hot_read``: what a consumer does for a hot hit (:meth:`BlockReader._read_hot`): read the
   block file from a hot directory (page cache) and decode it to the block's bytes;
@@ -30,9 +30,9 @@ import time
 from functools import partial
 from pathlib import Path
 
-from tierload.blockfile import decode_frame, encode_frame, verify_frame
-from tierload.cache.consumer import BlockReader
-from tierload.checksum import checksum, threads_for
+from tierload.frames.blockfile import decode_frame, encode_frame, verify_frame
+from tierload.frames.checksum import checksum, threads_for
+from tierload.loader.consumer import BlockReader
 from tierload.stores.local import LocalDirStore
 
 SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)

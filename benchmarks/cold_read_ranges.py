@@ -90,8 +90,8 @@ def main() -> None:
     parser.add_argument("--max-in-flight", type=int, default=256)
     args = parser.parse_args()
 
-    from tierload.config import load_config
-    from tierload.stores.cold import ColdSource
+    from tierload.config.loading import load_config
+    from tierload.stores.cold.source import ColdSource
 
     ports: multiprocessing.Queue = multiprocessing.Queue()
     server = multiprocessing.Process(target=_serve, args=(ports, args.objects, args.size, args.latency_ms / 1000),

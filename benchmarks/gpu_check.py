@@ -5,16 +5,16 @@
 What it does, with only torch, numpy, xxhash, blake3, zstandard, pydantic, fsspec (and kvikio,
 if you want the kvikio paths) importable:
 
-1. Which path ``TieredDataset(device="cuda")`` would take here (:func:`tierload.gpu.choose_path`).
+1. Which path ``TieredDataset(device="cuda")`` would take here (:func:`tierload.loader.gpu.choose_path`).
 2. Writes hot-tier block files (tierload's block format: 40-byte header + raw payload, the
    checksum keyed as in a deployment) of float32 ``.npy`` rows, 8 x 32 MiB.
 3. kvikio path (when kvikio imports): reads each payload straight into GPU memory with
-   :class:`tierload.gpu.KvikioBlockReader`, decodes the rows on the GPU with the ``npy`` layout's
+   :class:`tierload.loader.gpu.KvikioBlockReader`, decodes the rows on the GPU with the ``npy`` layout's
    decoder, checks every byte against the source, and times it (GB/s). Runs once with kvikio's
    default mode (GDS if cuFile works here) and once forced into its compatibility mode. The
    reader checks each payload against its keyed checksum (timed with it), and a forged block
    (valid header, the unkeyed checksum of other bytes) must be refused.
-4. Pinned path: host read + pinned memory + ``non_blocking`` copy (:func:`tierload.gpu.to_device`),
+4. Pinned path: host read + pinned memory + ``non_blocking`` copy (:func:`tierload.loader.gpu.to_device`),
    checked and timed the same way.
 
 On the lent H200 machine (CUDA 13, torch, CuPy and libcufile present; no kvikio, no pydantic,
@@ -43,10 +43,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tierload.blockfile import decode_frame, encode_frame  # noqa: E402
+from tierload.data.layouts.npy import NpyDecoder  # noqa: E402
 from tierload.errors import IntegrityError  # noqa: E402
-from tierload.gpu import KvikioBlockReader, choose_path, kvikio_status, to_device  # noqa: E402
-from tierload.layouts.npy import NpyDecoder  # noqa: E402
+from tierload.frames.blockfile import decode_frame, encode_frame  # noqa: E402
+from tierload.loader.gpu import KvikioBlockReader, choose_path, kvikio_status, to_device  # noqa: E402
 
 BLOCKS, BLOCK_BYTES, ROW = 8, 32 * 2**20, 256  # rows of 256 float32
 SECRET = bytes(range(32))  # a deployment's checksum key

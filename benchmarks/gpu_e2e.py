@@ -15,11 +15,11 @@ What it checks, each as one JSON line (``"ok": true`` or the reason it is not):
    counts the blocks kvikio read into device memory) when kvikio is usable.
 2. ``files`` layout (20,000 objects of 0-4 KiB in 100 class folders, one of them empty, grouped
    into packs): the same, sample by sample, with the labels.
-3. The DataLoader path: 2 workers, ``pin_memory=True`` and :func:`tierload.gpu.to_device` on
+3. The DataLoader path: 2 workers, ``pin_memory=True`` and :func:`tierload.loader.gpu.to_device` on
    each batch: batches are pinned on the host, then on the GPU, and equal the source.
 4. Speed, as a ratio in this run: samples/s of a third (hot) epoch of the ``npy`` dataset with
    ``device="cuda"`` against the same dataset read on the host (``device=None``) with each sample
-   sent by ``.cuda(non_blocking=True)``, and by :func:`tierload.gpu.to_device` (pin, then copy,
+   sent by ``.cuda(non_blocking=True)``, and by :func:`tierload.loader.gpu.to_device` (pin, then copy,
    sample by sample); no loop checks the samples.
 """
 
@@ -42,8 +42,8 @@ import xxhash
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tierload import collate  # noqa: E402
-from tierload.dataset import TieredDataset  # noqa: E402
-from tierload.gpu import choose_path, kvikio_status, to_device  # noqa: E402
+from tierload.loader.dataset import TieredDataset  # noqa: E402
+from tierload.loader.gpu import choose_path, kvikio_status, to_device  # noqa: E402
 
 ROW = 256  # float32 values per npy row
 NPY_FILES, NPY_ROWS = 8, 8 * 2**20 // (ROW * 4)
@@ -148,7 +148,7 @@ def timed_hot_epoch(dataset: TieredDataset, epoch_no: int, copy: str | None) -> 
     """Samples/s of one epoch whose blocks are all hot, with no per-sample check (the loop body of
     a training step that only needs the sample on the GPU). ``copy`` sends each host sample there:
     ``"cuda"`` by ``.cuda(non_blocking=True)`` from pageable memory, ``"pinned"`` by
-    :func:`tierload.gpu.to_device` (a pin, then an asynchronous copy: the per-sample way)."""
+    :func:`tierload.loader.gpu.to_device` (a pin, then an asynchronous copy: the per-sample way)."""
     dataset.set_epoch(epoch_no)
     sync()
     began = time.perf_counter()

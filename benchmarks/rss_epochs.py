@@ -38,7 +38,7 @@ def measure(s3, workdir: Path, *, epochs: int = 20, samples: int = 400, size: in
     """Run ``epochs`` epochs and return the RSS (bytes) after each one.
 
     Args:
-        s3: A running :class:`tierload.s3local.LocalS3`.
+        s3: A running :class:`tierload_tools.s3local.LocalS3`.
         workdir: Where the tiers and manifests live.
     """
     from torch.utils.data import DataLoader
@@ -62,7 +62,7 @@ def measure(s3, workdir: Path, *, epochs: int = 20, samples: int = 400, size: in
         assert count == samples, f"epoch {epoch} yielded {count} samples, expected {samples}"
         gc.collect()
         readings.append(rss_bytes())
-    from tierload.cache.runtime import stop_actors
+    from tierload.deploy.runtime import stop_actors
 
     stop_actors(dataset.config)
     return readings
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import tempfile
 
-    from tierload.s3local import LocalS3
+    from tierload_tools.s3local import LocalS3
 
     hot, bound = parse_bytes(args.hot), parse_bytes(args.bound)
     print(json.dumps({"setup": {"epochs": args.epochs, "samples": args.samples, "size": args.size, "hot_bytes": hot,

@@ -20,11 +20,11 @@ import tracemalloc
 
 import numpy as np
 
-from tierload.blocks import Block
-from tierload.cache.coordinator import Coordinator
-from tierload.cache.messages import SyncReport
-from tierload.config import load_config
-from tierload.manifest import Manifest
+from tierload.config.loading import load_config
+from tierload.coordinator.actor import Coordinator
+from tierload.data.blocks import Block
+from tierload.data.manifest import Manifest
+from tierload.wire.messages import SyncReport
 
 
 def median_of(fn, repeats=3):
@@ -84,7 +84,7 @@ def coordinator_memory_per_block() -> dict:
 
 
 def channel_round_trip() -> dict:
-    from tierload.cache.channel import ChannelClient, ChannelServer
+    from tierload.wire.channel import ChannelClient, ChannelServer
 
     class Target:
         def ping(self, payload):

@@ -42,7 +42,7 @@ def run(s3, workdir: Path, modes, *, rows: int, rows_per_block: int, row_bytes: 
     from torch.utils.data import DataLoader
 
     from tierload import TieredDataset, collate
-    from tierload.cache.runtime import stop_actors
+    from tierload.deploy.runtime import stop_actors
 
     fs = s3.create_bucket("tradeoff")
     buffer = io.BytesIO()
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args(argv)
-    from tierload.s3local import LocalS3
+    from tierload_tools.s3local import LocalS3
 
     blocks = args.rows // args.rows_per_block
     modes = [("sample", None), ("block", 1), ("block", 2), ("block", 4), ("block", 8), ("block", blocks)]

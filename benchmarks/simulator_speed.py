@@ -23,10 +23,11 @@ import time
 import numpy as np
 
 from tierload.policies.registry import policy_names
-from tierload.simulator import DatasetShape, JobSpec, StackSpec, Trace, min_hits, simulate
+from tierload.simulator.belady import min_hits
 from tierload.simulator.fast import warm_up
 from tierload.simulator.fast.tracegen import fast_job_trace
-from tierload.simulator.run import SimResult
+from tierload.simulator.run import SimResult, StackSpec, simulate
+from tierload.simulator.trace import DatasetShape, JobSpec, Trace
 
 HOT_POLICIES = policy_names("hot")
 COUNTS = ("hot_hits", "warm_hits", "cold_misses", "cold_bytes", "cold_gets", "hot_promotions", "hot_demotions",

@@ -95,7 +95,7 @@ def main(argv=None) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from demo_data import write_npy_dataset
 
-    from tierload.s3local import LocalS3
+    from tierload_tools.s3local import LocalS3
 
     with LocalS3() as s3:
         write_npy_dataset(s3.create_bucket("demo"), "demo/rows", 101)

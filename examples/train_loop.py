@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tierload import TieredDataset, collate
-from tierload.state import from_loader_state, is_loader_state
+from tierload.loader.state import from_loader_state, is_loader_state
 
 try:
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -106,7 +106,7 @@ def main(argv=None) -> None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from demo_data import write_npy_dataset
 
-        from tierload.s3local import LocalS3
+        from tierload_tools.s3local import LocalS3
 
         with LocalS3() as s3:
             write_npy_dataset(s3.create_bucket("demo"), "demo/rows", 200)

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from tierload.config import load_config
-from tierload.s3local import LocalS3
+from tierload.config.loading import load_config
+from tierload_tools.s3local import LocalS3
 
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 _bucket_ids = itertools.count()
@@ -78,8 +78,8 @@ def tier_config(tmp_path):
 @pytest.fixture
 def make_dataset(s3, ray_session):
     """Factory for TieredDataset on the test S3; stops the actors it started at teardown."""
-    from tierload.cache.runtime import stop_actors
-    from tierload.dataset import TieredDataset
+    from tierload.deploy.runtime import stop_actors
+    from tierload.loader.dataset import TieredDataset
 
     configs = []
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tierload.cache.endpoint import ENDPOINT_FILE
+from tierload.wire.endpoint import ENDPOINT_FILE
 
 
 def put_indexed_objects(fs, prefix: str, count: int, *, size: int = 0, classes: int = 1) -> list[bytes]:

@@ -15,7 +15,7 @@ import pytest
 from helpers import actor_log_lines, index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.cache.coordinator_sync import CoordinatorSync
+from tierload.node.coordinator_sync import CoordinatorSync
 
 
 def collect_raw(batch):
@@ -40,7 +40,7 @@ def tierload_warnings(caplog) -> int:
 def node_cache_handle(config):
     import ray
 
-    from tierload.cache.runtime import node_cache_name
+    from tierload.deploy.runtime import node_cache_name
 
     node_id = ray.get_runtime_context().get_node_id()
     return ray.get_actor(node_cache_name(config, node_id), namespace=config.ray.namespace)
@@ -50,7 +50,7 @@ def test_a_coordinator_killed_for_good_mid_epoch_is_created_again(s3, bucket, ti
     """Case F04: a coordinator removed with ray.kill mid-epoch is created again by the next call"""
     import ray
 
-    from tierload.cache.runtime import coordinator_name
+    from tierload.deploy.runtime import coordinator_name
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 40, size=1000)
@@ -153,21 +153,21 @@ def test_a_failing_sync_is_logged_a_few_times_not_once_per_try(caplog):
 
     sync = CoordinatorSync("node-a", coordinator_away, lambda full: ({}, [], [], [] if full else None),
                            lambda: 0.0, interval_s=0.005)
-    with caplog.at_level(logging.WARNING, logger="tierload.cache.coordinator_sync"):
+    with caplog.at_level(logging.WARNING, logger="tierload.node.coordinator_sync"):
         sync.start()
         assert tries.wait(30)
         sync._stop.set()
         sync._thread.join(5)
-    warnings = [r for r in caplog.records if r.name == "tierload.cache.coordinator_sync"]
+    warnings = [r for r in caplog.records if r.name == "tierload.node.coordinator_sync"]
     assert len(calls) >= 50 and len(warnings) == 1
     assert sync.stats["sync_errors"] == len(calls)
 
 
 def test_the_keeper_leaves_a_live_cache_alone_and_stops_with_the_deployment(s3, bucket, tier_config, make_dataset,
                                                                            tmp_path):
-    from tierload.cache.endpoint import ENDPOINT_FILE
-    from tierload.cache.keeper import keep_node_cache
-    from tierload.cache.runtime import stop_actors
+    from tierload.deploy.keeper import keep_node_cache
+    from tierload.deploy.runtime import stop_actors
+    from tierload.wire.endpoint import ENDPOINT_FILE
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 4, size=100)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tierload.stores.retry import AdaptiveLimit, Failure
+from tierload.stores.cold.retry import AdaptiveLimit, Failure
 
 
 def test_a_freed_slot_goes_to_the_longest_waiter_not_to_a_newcomer():

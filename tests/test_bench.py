@@ -11,11 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from tierload.bench.belady import min_hit_ratios
-from tierload.bench.emulated_s3 import EmulatedS3, LinkSettings
-from tierload.bench.workload import Workload
 from tierload.simulator.belady import min_hit_flags
 from tierload.simulator.oracle import next_use
+from tierload_tools.bench.belady import min_hit_ratios
+from tierload_tools.bench.emulated_s3 import EmulatedS3, LinkSettings
+from tierload_tools.bench.workload import Workload
 
 
 def _brute_force_min(trace: list[int], capacity: int) -> int:
@@ -64,9 +64,9 @@ def test_min_counts_the_accesses_the_hot_hit_counter_counts():
     """A packed dataset (20 samples per block): MIN is over one access per run of a block, the
     simulator's trace of the same job, not one per sample (which made consecutive samples of a
     block count as hits: ~95% MIN in a cold first epoch while the hot tier hit 0%)."""
-    from tierload.bench.belady import access_trace
-    from tierload.order import epoch_order, rank_slice
+    from tierload.data.order import epoch_order, rank_slice
     from tierload.simulator.trace import DatasetShape, JobSpec, job_trace
+    from tierload_tools.bench.belady import access_trace
 
     shape = DatasetShape.uniform(30, 1000, samples_per_block=20)
     job = JobSpec(shape, epochs=2, seed=3)
@@ -130,7 +130,7 @@ def test_emulated_s3_waits_latency_and_paces_bandwidth(shaped):
 
 
 def test_emulated_s3_timeline_has_the_gets_and_bytes_of_a_window(shaped):
-    from tierload.bench.link_timeline import epoch_link, read_timeline
+    from tierload_tools.bench.link_timeline import epoch_link, read_timeline
 
     s3, proxy = shaped
     fs = _fs(s3, proxy.endpoint_url)
@@ -149,7 +149,7 @@ def test_emulated_s3_timeline_has_the_gets_and_bytes_of_a_window(shaped):
 
 
 def test_epoch_link_places_bytes_in_the_epoch_seconds():
-    from tierload.bench.link_timeline import BIN_S, epoch_link
+    from tierload_tools.bench.link_timeline import BIN_S, epoch_link
 
     start = 1000.0
     bins = int(round(3.0 / BIN_S))
@@ -166,7 +166,7 @@ def test_epoch_link_places_bytes_in_the_epoch_seconds():
 
 
 def test_report_table_and_targets():
-    from tierload.bench import report
+    from tierload_tools.bench import report
 
     epoch = {"samples": 10, "seconds": 1.0, "stall_s": 0.1, "stall_fraction": 0.1, "s3_gets": 10, "byte_hit_ratio": 0}
     result = {
@@ -197,7 +197,7 @@ def test_report_table_and_targets():
 
 
 def test_report_splits_epoch_1_at_the_first_get():
-    from tierload.bench import report
+    from tierload_tools.bench import report
 
     link = {"first_get_s": 2.0, "first_byte_s": 2.05, "last_byte_s": 9.0, "mb_s": [0.0, 0.0, 15.0] + [16.0] * 7}
     row = {"epoch": 0, "samples": 600, "seconds": 10.0, "samples_per_s": 60.0, "s3_bytes": 111_200_000, "link": link}
@@ -222,7 +222,7 @@ def test_report_splits_epoch_1_at_the_first_get():
 @pytest.fixture(scope="module")
 def own_buckets(s3, tmp_path_factory):
     """The proxy serving a stored bucket (varied sizes, a zero-byte object) and a synthetic one."""
-    from tierload.bench.own_buckets import write_stored_bucket
+    from tierload_tools.bench.own_buckets import write_stored_bucket
 
     bodies = {f"data/{i % 3}/{i:03d}.bin": bytes([i]) * (i * 37) for i in range(12)}
     directory = write_stored_bucket(tmp_path_factory.mktemp("stored"), bodies.items())
@@ -285,7 +285,7 @@ def test_own_bucket_lists_like_s3(own_buckets):
 
 
 def test_rig_ceiling_probe_gets_every_object(own_buckets):
-    from tierload.bench.probe import measure_unsigned
+    from tierload_tools.bench.probe import measure_unsigned
 
     s3, proxy, bodies = own_buckets
     result = measure_unsigned(proxy.endpoint_url, "stored", sorted(bodies), concurrency=4, seconds=60)
@@ -297,7 +297,7 @@ def test_rig_ceiling_probe_gets_every_object(own_buckets):
 @pytest.fixture(scope="module")
 def tiny_bench(s3, tmp_path_factory):
     """48 JPEGs of ~8 KiB on moto behind an unshaped emulated S3, as ``tierload bench`` sets them up."""
-    from tierload.bench.workload import generate, upload
+    from tierload_tools.bench.workload import generate, upload
 
     workload = Workload(samples=48, sample_kib=8, epochs=2, batch_size=16, num_workers=1, step_ms=0)
     jpegs, labels = generate(workload, tmp_path_factory.mktemp("images"), processes=1)
@@ -312,9 +312,9 @@ def test_other_loader_reads_every_sample_through_the_emulated_s3(tiny_bench, tmp
     reads every byte from the emulated S3 each epoch (neither keeps a cache)."""
     import sys
 
-    from tierload.bench.contenders import CONTENDERS, Context
-    from tierload.bench.run import run_phase
-    from tierload.s3local import CREDENTIALS
+    from tierload_tools.bench.contenders import CONTENDERS, Context
+    from tierload_tools.bench.run import run_phase
+    from tierload_tools.s3local import CREDENTIALS
 
     pytest.importorskip(package, reason=f"{package} is not installed (the bench extra)")
     workload, dataset, proxy = tiny_bench
@@ -328,16 +328,16 @@ def test_other_loader_reads_every_sample_through_the_emulated_s3(tiny_bench, tmp
 
 
 def test_contender_without_its_package_is_not_run():
-    from tierload.bench.contenders import ContenderInfo
-    from tierload.bench.run import _python_for
+    from tierload_tools.bench.contenders import ContenderInfo
+    from tierload_tools.bench.run import _python_for
 
-    info = ContenderInfo("x", "tierload.bench.contenders.ram", "main", "needs a module", requires="no_such_module_16")
+    info = ContenderInfo("x", "tierload_tools.bench.contenders.ram", "main", "needs a module", requires="no_such_module_16")
     python, reason = _python_for(info, None)
     assert python is None and "no_such_module_16" in reason
 
 
 def test_report_standings_against_each_contender():
-    from tierload.bench import report
+    from tierload_tools.bench import report
 
     def entry(rates):
         return {"status": "ok", "epochs": [{"epoch": e, "samples_per_s": r} for e, r in enumerate(rates)]}

@@ -17,7 +17,7 @@ def small_run(tmp_path_factory):
     (every check is per object or per loader), not two runs each paying processes, Ray and the data."""
     import dataclasses
 
-    from tierload.bench.small.run import SmallOptions, run_small
+    from tierload_tools.bench.small.run import SmallOptions, run_small
 
     runs: dict[str, tuple] = {}
 
@@ -41,8 +41,8 @@ def test_small_workload_smoke(workload, tmp_path, small_run):
     test_small_workload_peers_smoke checks (``small_run``), so the other loaders' runs must pass too."""
     import dataclasses
 
-    from tierload.bench.small import report
-    from tierload.bench.small.run import SmallOptions, run_small
+    from tierload_tools.bench.small import report
+    from tierload_tools.bench.small.run import SmallOptions, run_small
 
     if workload == "startup":  # does not use the count, and runs no other loader
         options = dataclasses.replace(SmallOptions.smoke(workload), count=500, cache_dir=str(tmp_path / "data"),
@@ -92,12 +92,12 @@ def test_small_workload_runs_only_the_peers_named(tmp_path, monkeypatch):
     test_small_workload_peers_smoke run each of them (this saved ~25 s of the suite)."""
     import dataclasses
 
-    from tierload.bench.small import run as small_run_module
-    from tierload.bench.small.run import SmallOptions, run_small
+    from tierload_tools.bench.small import run as small_run_module
+    from tierload_tools.bench.small.run import SmallOptions, run_small
 
     started: list[str] = []
 
-    def record(runner, name, setup, module="tierload.bench.small.contenders", profile_to=None):
+    def record(runner, name, setup, module="tierload_tools.bench.small.contenders", profile_to=None):
         started.append(name)
         return {"ok": True, "epochs": []}
 
@@ -115,7 +115,7 @@ def test_small_workload_runs_only_the_peers_named(tmp_path, monkeypatch):
 def test_small_workload_contenders_option_names_only_small_peers():
     from click.testing import CliRunner
 
-    from tierload.cli.bench import bench
+    from tierload_tools.bench.cli import bench
 
     outcome = CliRunner().invoke(bench, ["--workload", "small-s3", "--contenders", "tierload,s3fs"])
     assert outcome.exit_code == 2 and "unknown s3fs" in outcome.output, outcome.output

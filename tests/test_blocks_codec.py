@@ -8,8 +8,9 @@ import unicodedata
 
 import pytest
 
-from tierload import codec
-from tierload.blockfile import (
+from tierload.errors import IntegrityError
+from tierload.frames import codec
+from tierload.frames.blockfile import (
     HEADER_SIZE,
     PAYLOAD_OFFSET,
     RAW,
@@ -20,8 +21,7 @@ from tierload.blockfile import (
     recode,
     verify_frame,
 )
-from tierload.errors import IntegrityError
-from tierload.keys import KEY_PATTERN, block_key, check_key
+from tierload.stores.keys import KEY_PATTERN, block_key, check_key
 
 NASTY_KEYS = [  # B16: special characters, unicode, traversal, very long names
     "imgs/cat [1].jpg", "imgs/a+b.bin", "imgs/50%.bin", "imgs/x?y*z.bin", "imgs/naïve café.bin",

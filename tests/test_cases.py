@@ -22,8 +22,8 @@ from cases_common import indices, proxied
 from faulty_s3 import FaultyS3
 from helpers import put_indexed_objects
 
-from tierload.cache.messages import Endpoint, StreamPlan
 from tierload.errors import CredentialsExpiredError
+from tierload.wire.messages import Endpoint, StreamPlan
 
 
 def test_b06_expired_credentials_are_refreshed_once_and_the_read_retried(s3, bucket, tier_config, make_dataset):
@@ -137,7 +137,7 @@ def test_b07_the_endpoint_reaches_every_process(s3, bucket, tier_config, make_da
 
 
 def _single_reader(endpoint: Endpoint, stream_id: str, plan: StreamPlan, key: str, delay_s: float) -> str:
-    from tierload.cache.consumer import BlockReader, NodeLink
+    from tierload.loader.consumer import BlockReader, NodeLink
 
     time.sleep(delay_s)
     link = NodeLink(endpoint)

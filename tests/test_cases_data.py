@@ -119,7 +119,7 @@ def test_b17_an_object_a_cached_listing_lacks_opens_directly_and_a_refresh_count
 def test_b18_markers_are_excluded_and_an_empty_object_is_an_empty_sample_in_every_tier(
         s3, bucket, tier_config, make_dataset):
     """Case B18: under data/, a 0-byte ``data/`` marker and ``data/_SUCCESS`` are excluded; the empty
-    ``data/empty.bin`` is an empty sample (the documented policy, tierload/layouts/objects.py), cached
+    ``data/empty.bin`` is an empty sample (the documented policy, tierload/data/layouts/objects.py), cached
     in the hot tier as a complete entry that epoch 2 reads from hot (an empty frame's zstd round
     trip: tests/test_blocks_codec.py)."""
     name, fs = bucket

@@ -20,8 +20,8 @@ import torch
 from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.cache.channel import ChannelClient, ChannelServer
 from tierload.errors import ChannelLostError
+from tierload.wire.channel import ChannelClient, ChannelServer
 
 KEY = b"k" * 32
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tierload.config import load_config
+from tierload.config.loading import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

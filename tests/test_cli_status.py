@@ -13,9 +13,9 @@ import yaml
 from helpers import put_indexed_objects
 from test_cli_output import ROOT, run_cli
 
-from tierload.cache.coordinator import Coordinator
-from tierload.cache.node_cache import NodeCache
-from tierload.config import load_config
+from tierload.config.loading import load_config
+from tierload.coordinator.actor import Coordinator
+from tierload.node.node_cache import NodeCache
 
 
 def _config_file(tmp_path, config) -> str:
@@ -121,8 +121,8 @@ def test_status_ignores_the_endpoint_of_a_cache_that_ended_without_withdrawing_i
     """A job's own Ray kills its cache at exit: the endpoint file stays, nothing listens on its socket."""
     import socket
 
-    from tierload.cache.endpoint import publish_endpoint
-    from tierload.cache.messages import Endpoint
+    from tierload.wire.endpoint import publish_endpoint
+    from tierload.wire.messages import Endpoint
 
     hot = tmp_path / "hot"
     hot.mkdir()

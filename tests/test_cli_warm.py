@@ -9,9 +9,9 @@ import yaml
 from click.testing import CliRunner
 from helpers import put_indexed_objects, tier_bytes
 
-import tierload.prestage as prestage_module
+import tierload.deploy.prestage as prestage_module
 from tierload.cli.main import cli
-from tierload.prestage import prestage
+from tierload.deploy.prestage import prestage
 
 OBJECTS, SIZE = 40, 3000
 

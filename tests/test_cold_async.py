@@ -11,9 +11,9 @@ import random
 import pytest
 from faulty_s3 import FaultyS3
 
-from tierload.config import load_config
+from tierload.config.loading import load_config
 from tierload.errors import SourceChangedError, SourceNotFoundError
-from tierload.stores.cold import ColdSource
+from tierload.stores.cold.source import ColdSource
 
 
 def proxied(s3, proxy):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tierload.config import TierloadConfig, build_config, load_config, packaged_default_yaml
+from tierload.config.loading import build_config, load_config, packaged_default_yaml
+from tierload.config.models import TierloadConfig
 from tierload.errors import CapacityParseError, ConfigError
 from tierload.units import format_bytes, parse_bytes
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tierload.cache.coordinator import Coordinator
-from tierload.cache.messages import SyncReport
-from tierload.config import load_config
-from tierload.keys import block_key
+from tierload.config.loading import load_config
+from tierload.coordinator.actor import Coordinator
+from tierload.stores.keys import block_key
+from tierload.wire.messages import SyncReport
 
 KEYS = [block_key(f"s3://b/{i}", '"v"') for i in range(6)]
 

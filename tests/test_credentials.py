@@ -24,8 +24,9 @@ from cases_common import collect_raw
 from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.config import ColdConfig
-from tierload.stores.cold import ColdLocation, ColdSource
+from tierload.config.models import ColdConfig
+from tierload.stores.cold.location import ColdLocation
+from tierload.stores.cold.source import ColdSource
 
 PROFILE_KEY = "PROFILEKEYAAAAAAAAAA"
 PROFILE_SECRET = "profile-secret-never-logged"
@@ -71,7 +72,7 @@ def test_a_profile_named_only_in_the_training_process_reaches_the_node_cache(
 _READER = textwrap.dedent("""
     import pickle, sys
     location, config, url, version, size = pickle.loads(sys.stdin.buffer.read())
-    from tierload.stores.cold import ColdSource
+    from tierload.stores.cold.source import ColdSource
     source = ColdSource(location, config)
     sys.stdout.write(str(len(source.read(url, version, 0, size))) + " " + str(len(source.read(url, version, 0, size))))
 """)

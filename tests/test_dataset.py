@@ -14,11 +14,11 @@ import torch
 from helpers import TierUsage, index_of, land_warm_writes, png_bytes, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.blockfile import HEADER_SIZE, decode_frame, parse_header
-from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.checksum_key import local_key
 from tierload.errors import SourceChangedError
+from tierload.frames.blockfile import HEADER_SIZE, decode_frame, parse_header
+from tierload.frames.checksum_key import local_key
 from tierload.stores.local import LocalDirStore
+from tierload.wire.endpoint import ENDPOINT_FILE
 
 
 def indices(loader) -> list[int]:
@@ -228,7 +228,7 @@ def test_peers_and_the_warm_tier_get_the_stored_frame_not_a_re_encoding(bucket, 
     pays; the warm tier gets the frame encoded once in its own format; the cold checksum rides along."""
     import ray
 
-    from tierload.cache.runtime import get_node_cache
+    from tierload.deploy.runtime import get_node_cache
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 4, size=20_000)  # zeros after the index: compresses well
@@ -291,8 +291,8 @@ def test_images_arrive_as_uint8_chw_with_their_labels(bucket, tier_config, make_
 
 
 def test_bad_arguments_are_typed_errors_naming_the_value(s3, ray_session, tier_config):
-    from tierload.dataset import TieredDataset
     from tierload.errors import BucketNotFoundError, ConfigError
+    from tierload.loader.dataset import TieredDataset
 
     with pytest.raises(ConfigError, match="'ten gigs'"):
         TieredDataset("s3://b/x", {"hot": {"capacity_bytes": "ten gigs"}}, lazy=True)

@@ -106,7 +106,7 @@ def test_global_batching_across_four_workers_loses_no_batch(rows_dataset, caplog
     ids, batches, length = ids_and_batches(edge, batch_size=64, num_workers=4, drop_last=True)
     assert batches == length == 1 and len(set(ids)) == 64
     tiny = rows_dataset(30, 1, batch_size=64)
-    with caplog.at_level("WARNING", logger="tierload.dataset"):
+    with caplog.at_level("WARNING", logger="tierload.loader.dataset"):
         ids, batches, length = ids_and_batches(tiny, batch_size=64, num_workers=0, drop_last=True)
     assert batches == length == 0 and any("fewer than batch_size" in r.getMessage() for r in caplog.records)
 

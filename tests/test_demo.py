@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tierload.demo.run import run_demo
+from tierload_tools.demo.run import run_demo
 
 
 @pytest.mark.parametrize("layout", ["imagefolder", "parquet"])

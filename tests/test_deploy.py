@@ -92,7 +92,7 @@ def test_kuberay_manifest_mounts_nvme_for_hot_and_a_shared_volume_for_warm():
      "TIERLOAD_WARM__URL": "/mnt/shared/tierload-warm"},
 ])
 def test_the_images_environment_is_a_valid_tierload_config(variables):
-    from tierload.config import load_config
+    from tierload.config.loading import load_config
 
     config = load_config(environ=variables)
     assert config.hot.dir == "/mnt/nvme/tierload-hot" and config.warm.url == "/mnt/shared/tierload-warm"

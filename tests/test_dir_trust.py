@@ -8,9 +8,9 @@ import stat
 
 import pytest
 
-from tierload.cache.node_cache import NodeCache
-from tierload.config import load_config
+from tierload.config.loading import load_config
 from tierload.errors import ConfigError, UntrustedDirError
+from tierload.node.node_cache import NodeCache
 from tierload.stores.local import LocalDirStore
 
 OTHER_UID = 65534  # nobody
@@ -85,8 +85,8 @@ def test_the_control_files_beside_a_read_only_hot_dir_are_never_taken_from_anoth
     their own key in it, is refused, not read."""
     import shutil
 
-    from tierload.cache.control_dir import control_dir, fallback_dir
-    from tierload.checksum_key import node_key
+    from tierload.frames.checksum_key import node_key
+    from tierload.stores.control_dir import control_dir, fallback_dir
 
     hot = tmp_path / "hot"
     hot.mkdir(mode=0o700)

@@ -17,8 +17,9 @@ from collections import Counter
 import pytest
 from helpers import index_of, put_indexed_objects
 
-from tierload import codec, errors
-from tierload.cache.channel import ChannelClient, ChannelServer
+from tierload import errors
+from tierload.frames import codec
+from tierload.wire.channel import ChannelClient, ChannelServer
 
 
 def _tree(root: type) -> list[type]:

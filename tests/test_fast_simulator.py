@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tierload.errors import ConfigError
-from tierload.simulator import DatasetShape, JobSpec, StackSpec, Trace, job_trace, simulate
 from tierload.simulator.belady import min_hit_flags
-from tierload.simulator.run import simulate_reference
+from tierload.simulator.run import StackSpec, simulate, simulate_reference
+from tierload.simulator.trace import DatasetShape, JobSpec, Trace, job_trace
 
 # The compiled engine: compiled beside the tests before these (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("compiled_simulator")

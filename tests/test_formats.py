@@ -20,8 +20,8 @@ from helpers import png_bytes
 from torch.utils.data import DataLoader
 
 from tierload import collate
-from tierload.layouts.webdataset import split_name, walk_members
-from tierload.order import epoch_order
+from tierload.data.layouts.webdataset import split_name, walk_members
+from tierload.data.order import epoch_order
 
 
 def make_tar(samples: list[dict[str, bytes]], pad_to: int = 0) -> bytes:

@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from tierload import collate
-from tierload.blockfile import encode_frame
-from tierload.gpu import choose_path, kvikio_status, to_device
+from tierload.frames.blockfile import encode_frame
+from tierload.loader.gpu import choose_path, kvikio_status, to_device
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device visible to torch on this machine: the GPU path "
@@ -59,7 +59,7 @@ def test_device_path_is_chosen_at_run_time_logged_once_and_reported(npy_dataset,
     assert dataset.device_path == expected
     if not CUDA:
         assert expected == "cpu" and "CUDA is not available" in choose_path("cuda")[1]
-    with caplog.at_level(logging.INFO, logger="tierload.gpu"):
+    with caplog.at_level(logging.INFO, logger="tierload.loader.gpu"):
         samples = [sample for sample, _ in dataset] + [sample for sample, _ in dataset]
     lines = [r.getMessage() for r in caplog.records if "tierload output path" in r.getMessage()]
     assert len(lines) == 1 and expected in lines[0]
@@ -79,7 +79,7 @@ def test_to_device_moves_nested_tensors_and_leaves_the_rest():
 def test_a_raw_files_sample_becomes_a_uint8_tensor_on_the_device_whatever_path_read_it():
     """A ``files`` sample read on the host (bytes) must have the type a kvikio hit has (a uint8
     tensor on the device): one epoch mixes misses and hits."""
-    from tierload.gpu import sample_to_device
+    from tierload.loader.gpu import sample_to_device
 
     for raw in (b"", b"\x00\xffab", bytearray(b"xyz"), memoryview(b"0123")[1:3]):
         moved = sample_to_device(raw, "cpu")
@@ -116,8 +116,8 @@ def test_cuda_device_returns_gpu_tensors_in_the_main_process(npy_dataset):
 @needs_cuda
 @needs_kvikio
 def test_kvikio_reads_a_hot_block_straight_into_gpu_memory(tmp_path):
-    from tierload.gpu import KvikioBlockReader
-    from tierload.layouts.npy import NpyDecoder
+    from tierload.data.layouts.npy import NpyDecoder
+    from tierload.loader.gpu import KvikioBlockReader
 
     rows = np.random.default_rng(0).normal(size=(1000, 16)).astype(np.float32)
     key = "block-" + "0" * 32
@@ -133,9 +133,9 @@ def test_kvikio_reads_a_hot_block_straight_into_gpu_memory(tmp_path):
 def test_the_device_path_checks_payloads_against_their_keyed_checksum():
     """What KvikioBlockReader does with the bytes it read into device memory (here a CPU tensor:
     the check is the same, a CUDA tensor is first copied to pinned host memory)."""
-    from tierload.blockfile import parse_header
     from tierload.errors import IntegrityError
-    from tierload.gpu import HostCheck
+    from tierload.frames.blockfile import parse_header
+    from tierload.loader.gpu import HostCheck
 
     secret = bytes(range(32))
     key = "block-" + "0" * 32
@@ -155,7 +155,7 @@ def test_the_device_path_checks_payloads_against_their_keyed_checksum():
 @needs_kvikio
 def test_kvikio_refuses_a_forged_hot_block(tmp_path):
     from tierload.errors import IntegrityError
-    from tierload.gpu import KvikioBlockReader
+    from tierload.loader.gpu import KvikioBlockReader
 
     secret = bytes(range(32))
     rows = np.random.default_rng(0).normal(size=(1000, 16)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""The lean S3 path's connection pool (tierload.stores.http_pool) against a real HTTP server
+"""The lean S3 path's connection pool (tierload.stores.cold.s3fast.http_pool) against a real HTTP server
 (and the same server behind TLS with a certificate from a test CA, made by ``trustme``).
 
 The server is a small asyncio TCP server on a thread of its own, answering by path: a body of
@@ -17,7 +17,7 @@ import time
 import pytest
 import trustme
 
-from tierload.stores.http_pool import ConnectionPool, Origin, ResponseBrokenError
+from tierload.stores.cold.s3fast.http_pool import ConnectionPool, Origin, ResponseBrokenError
 
 
 class ScriptedServer:

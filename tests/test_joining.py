@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from helpers import put_indexed_objects, tier_bytes
 
-from tierload.cache.ownership import live_owner
 from tierload.errors import TierInUseError
+from tierload.node.ownership import live_owner
 
 JOB = str(Path(__file__).with_name("tierload_job.py"))
 OBJECTS, SIZE = 100, 20_000
@@ -139,7 +139,7 @@ def test_two_jobs_with_their_own_ray_share_one_node_cache_within_capacity(s3, bu
     assert started["ray"] and started["cache_pid"] != started["pid"]  # its own Ray, its cache actor
 
     # A third job whose capacities differ is refused before it starts anything, told who owns the tier.
-    from tierload.dataset import TieredDataset
+    from tierload.loader.dataset import TieredDataset
 
     with pytest.raises(TierInUseError) as refused:
         TieredDataset(url, _config(tmp_path, hot={"capacity_bytes": 2 * HOT}), layout="files",
@@ -256,7 +256,7 @@ def test_in_one_ray_cluster_a_second_deployment_on_an_owned_directory_is_refused
     another actor name) over the same hot directory: its actor is refused and removed."""
     import ray
 
-    from tierload.cache.runtime import get_node_cache, node_cache_name, stop_actors
+    from tierload.deploy.runtime import get_node_cache, node_cache_name, stop_actors
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 4, size=100)

@@ -11,9 +11,9 @@ import torch
 from helpers import index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.blockfile import decode_frame, encode_frame
-from tierload.checksum_key import KEY_FILE, adopt_key, local_key
 from tierload.errors import IntegrityError
+from tierload.frames.blockfile import decode_frame, encode_frame
+from tierload.frames.checksum_key import KEY_FILE, adopt_key, local_key
 
 SECRET = bytes(range(32))
 
@@ -74,8 +74,8 @@ def test_a_forged_block_with_a_valid_header_is_refetched_not_served(bucket, tier
 
 
 def test_the_coordinator_gives_every_node_one_key(tmp_path):
-    from tierload.cache.coordinator import Coordinator
-    from tierload.config import load_config
+    from tierload.config.loading import load_config
+    from tierload.coordinator.actor import Coordinator
 
     alone = Coordinator(load_config({"hot": {"dir": str(tmp_path / "hot")}, "warm": {"url": None}}), lambda: None)
     first, second = bytes([1]) * 32, bytes([2]) * 32
@@ -90,7 +90,7 @@ def test_the_coordinator_gives_every_node_one_key(tmp_path):
 def test_a_block_file_is_decoded_from_disk_as_from_memory_and_a_forged_one_is_refused(tmp_path, level):
     """The consumer's hot-hit path (decode_frame_file) reads the payload straight into the bytes
     it returns; it must refuse what decode_frame refuses."""
-    from tierload.blockfile import FrameFormat, decode_frame_file
+    from tierload.frames.blockfile import FrameFormat, decode_frame_file
 
     key = "block-" + "1" * 32
     raw = b"sample bytes " * 5000
@@ -108,7 +108,7 @@ def test_a_block_file_is_decoded_from_disk_as_from_memory_and_a_forged_one_is_re
 
 
 def _hash_in_child(data: bytes, out) -> None:
-    from tierload.checksum import checksum
+    from tierload.frames.checksum import checksum
 
     out.put(checksum(data, SECRET))
 
@@ -120,7 +120,7 @@ def test_a_forked_process_hashes_large_blocks_after_its_parent_started_the_threa
 
     import blake3
 
-    from tierload import checksum as checksum_module
+    from tierload.frames import checksum as checksum_module
 
     monkeypatch.setattr(checksum_module, "THREADED_FROM_CORES", 1)  # this machine may have 2 cores
     monkeypatch.setattr(checksum_module, "_pool_pid", None)

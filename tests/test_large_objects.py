@@ -2,7 +2,7 @@
 
 Blocks never travel through Ray's object store on a node: the node cache writes them to its hot
 tier's files, which consumers read directly, or sends a block the hot tier does not hold as
-frames over its own Unix-socket channel (tierload/cache/channel.py). So a block larger than the
+frames over its own Unix-socket channel (tierload/wire/channel.py). So a block larger than the
 store goes through like any other. Checked in a child process that starts tierload's own local
 Ray with the smallest store Ray allows (75 MiB) and reads a 100 MiB object of random bytes, once
 through a hot tier that holds it and once through one too small for it (so it crosses the channel).
@@ -31,9 +31,9 @@ _CHILD = textwrap.dedent("""
     import hashlib, json, os, re, sys
     import ray
     from torch.utils.data import DataLoader
-    from tierload.cache.runtime import stop_actors
-    from tierload.dataset import TieredDataset
-    from tierload.s3local import LocalS3
+    from tierload.deploy.runtime import stop_actors
+    from tierload.loader.dataset import TieredDataset
+    from tierload_tools.s3local import LocalS3
 
     work, big_size, store = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     with LocalS3() as s3:
@@ -84,7 +84,7 @@ def test_b24_an_object_larger_than_the_object_store_is_read_exactly(tmp_path):
 
 def test_the_node_cache_knows_its_object_store_size(ray_session):
     """Case B24 across nodes: the peer limit is a share of the node's store, read from Ray."""
-    from tierload.cache.runtime import _object_store_bytes
+    from tierload.deploy.runtime import _object_store_bytes
 
     node_id = ray_session.get_runtime_context().get_node_id()
     assert _object_store_bytes(node_id) == pytest.approx(200 * 2**20, rel=0.02)  # the session's store

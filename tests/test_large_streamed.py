@@ -14,9 +14,9 @@ import os
 import pytest
 from helpers import land_warm_writes
 
-from tierload.blockfile import HEADER_SIZE, parse_header
-from tierload.cache.endpoint import read_endpoint
 from tierload.errors import TransientBackendError
+from tierload.frames.blockfile import HEADER_SIZE, parse_header
+from tierload.wire.endpoint import read_endpoint
 
 MiB = 2**20
 
@@ -105,7 +105,7 @@ def test_streamed_blocks_are_offered_to_the_warm_tier_from_their_hot_files(bucke
     evicted, so nothing is demoted), the warm tier gets all three all the same."""
     import ray
 
-    from tierload.cache.runtime import coordinator_name
+    from tierload.deploy.runtime import coordinator_name
 
     name, fs = bucket
     objects = {f"{name}/ds/clip-{i}.bin": os.urandom(3 * MiB) for i in range(3)}

@@ -1,4 +1,4 @@
-"""The columnar listing (:mod:`tierload.stores.listing`): moto over HTTP and real directories."""
+"""The columnar listing (:mod:`tierload.stores.cold.listing`): moto over HTTP and real directories."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tierload.config import load_config
+from tierload.config.loading import load_config
 from tierload.errors import SourceNotFoundError
-from tierload.stores.cold import ColdSource
-from tierload.stores.listing import ObjectInfo, ObjectListing
+from tierload.stores.cold.listing import ObjectInfo, ObjectListing
+from tierload.stores.cold.source import ColdSource
 
 
 def cold(s3, url):
@@ -91,7 +91,7 @@ def test_object_listing_is_a_sequence_of_object_infos():
 
 
 def test_pages_in_any_order_become_one_sorted_listing_and_are_released():
-    from tierload.stores.listing import _Page
+    from tierload.stores.cold.listing import _Page
 
     pages = [_Page(["s3://b/c/2", "s3://b/c/", "s3://b/c/1"], [2, 0, 1], ['"2"', '"m"', '"1"']),  # unsorted, marker
              _Page(["s3://b/a/x", "s3://b/a/_SUCCESS"], [9, 0], ['"x"', '"s"']),
@@ -168,7 +168,7 @@ def test_s3_pages_are_spilled_to_disk_and_the_listing_is_mapped(s3, bucket, tmp_
 
 
 def test_spilled_pages_that_overlap_are_sorted_in_memory(tmp_path):
-    from tierload.stores.listing_spill import SpilledPages
+    from tierload.stores.cold.listing_spill import SpilledPages
 
     pages = SpilledPages(str(tmp_path))
     for urls in (["s3://b/c/1", "s3://b/c/2"], ["s3://b/a/x", "s3://b/c/15"], ["s3://b/b/é", "s3://b/b/z"]):

@@ -12,11 +12,11 @@ import subprocess
 import sys
 import textwrap
 
-from tierload.cache.channel import ChannelClient
-from tierload.cache.endpoint import ENDPOINT_FILE, SOCKET_FILE, clear_stale_endpoint, publish_endpoint, read_endpoint
-from tierload.cache.messages import Endpoint
-from tierload.cache.node_cache import NodeCache
-from tierload.config import load_config
+from tierload.config.loading import load_config
+from tierload.node.node_cache import NodeCache
+from tierload.wire.channel import ChannelClient
+from tierload.wire.endpoint import ENDPOINT_FILE, SOCKET_FILE, clear_stale_endpoint, publish_endpoint, read_endpoint
+from tierload.wire.messages import Endpoint
 
 
 def _cache(hot) -> NodeCache:
@@ -79,8 +79,8 @@ def test_a_live_owners_endpoint_is_left_alone(tmp_path):
 
 _CHILD = textwrap.dedent("""
     import json, sys
-    from tierload.cache.runtime import node_endpoint
-    from tierload.config import load_config
+    from tierload.deploy.runtime import node_endpoint
+    from tierload.config.models import load_config
 
     config = load_config({"hot": {"dir": sys.argv[1]}, "warm": {"url": None}, "ray": {"num_cpus": 1}},
                          environ={})

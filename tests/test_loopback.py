@@ -21,8 +21,8 @@ psutil = pytest.importorskip("psutil")
 _CHILD = textwrap.dedent("""
     import json, sys
     import psutil, ray
-    from tierload.cache.runtime import node_endpoint, stop_actors
-    from tierload.config import load_config
+    from tierload.deploy.runtime import node_endpoint, stop_actors
+    from tierload.config.models import load_config
 
     config = load_config({"hot": {"dir": sys.argv[1]}, "warm": {"url": None}, "ray": {"num_cpus": 1}},
                          environ={})

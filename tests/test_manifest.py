@@ -11,7 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import png_bytes
 
-from tierload.config import ManifestConfig, load_config
+from tierload.config.loading import load_config
+from tierload.config.models import ManifestConfig
+from tierload.data.manifest import build_manifest, load_manifest
 from tierload.errors import (
     BucketNotFoundError,
     ConfigError,
@@ -20,8 +22,7 @@ from tierload.errors import (
     SourceChangedError,
     SourceNotFoundError,
 )
-from tierload.manifest import build_manifest, load_manifest
-from tierload.stores.cold import ColdSource
+from tierload.stores.cold.source import ColdSource
 
 
 def cold(s3, url, **options):

@@ -9,9 +9,11 @@ from __future__ import annotations
 import pytest
 from helpers import png_bytes
 
-from tierload.config import ManifestConfig, load_config
-from tierload.manifest import cache_path, load_manifest
-from tierload.stores.cold import ColdSource, canonical_url
+from tierload.config.loading import load_config
+from tierload.config.models import ManifestConfig
+from tierload.data.manifest import cache_path, load_manifest
+from tierload.stores.cold.location import canonical_url
+from tierload.stores.cold.source import ColdSource
 
 
 def cold(s3, url):

@@ -3,7 +3,7 @@
 A forked worker that reads a Python object writes its reference count, so a page of the
 parent's heap that holds per-sample objects becomes the worker's own (copy-on-read). The
 columnar manifest has no Python object per packed sample: walking every sample the way
-:class:`tierload.epoch_reader.EpochReader` does (its block's key, its index in the block, its
+:class:`tierload.loader.epoch_reader.EpochReader` does (its block's key, its index in the block, its
 label) must leave a worker's private dirty anonymous memory (``Private_Dirty`` in ``/proc/self/smaps``)
 nearly where it was. The same walk over one block per object (packing off, a ``Block`` and its
 strings per sample) is the control: it shows the measurement sees copy-on-read when there is some.
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from tierload.layouts.objects import plan_objects
-from tierload.manifest import Manifest, open_manifest, save_manifest
-from tierload.stores.cold import ObjectInfo
+from tierload.data.layouts.objects import plan_objects
+from tierload.data.manifest import Manifest, open_manifest, save_manifest
+from tierload.stores.cold.listing import ObjectInfo
 
 KEYS = 200_000
 # The issue's target: a worker grows < 50 MB over 2 epochs at 2 M keys, i.e. 25 bytes per key.
@@ -117,7 +117,7 @@ def test_the_walk_sees_copy_on_read_of_a_block_per_sample(tmp_path):
 
 HEAP_PROBE = """
 import os, sys, numpy as np, psutil
-from tierload.order import epoch_order, worker_positions
+from tierload.data.order import epoch_order, worker_positions
 from tierload.process_memory import map_large_allocations
 for _ in range(3):  # a manifest build's large temporaries, freed: glibc raises its mmap threshold
     big = np.ones(4_000_000); del big

@@ -9,10 +9,15 @@ import pickle
 import numpy as np
 import pytest
 
-from tierload.blocks import Block
-from tierload.cache.channel import ChannelClient
-from tierload.cache.endpoint import ENDPOINT_FILE, publish_endpoint, read_endpoint
-from tierload.cache.messages import (
+from tierload.config.loading import load_config
+from tierload.data.blocks import Block
+from tierload.errors import MessageError, MethodNotAllowedError
+from tierload.node.node_cache import ACTOR_METHODS, CHANNEL_METHODS, NodeCache
+from tierload.stores.cold.location import ColdLocation
+from tierload.stores.cold.source import ColdSource
+from tierload.wire.channel import ChannelClient
+from tierload.wire.endpoint import ENDPOINT_FILE, publish_endpoint, read_endpoint
+from tierload.wire.messages import (
     BlockTable,
     DatasetRegistration,
     Endpoint,
@@ -20,10 +25,6 @@ from tierload.cache.messages import (
     SyncAnswer,
     SyncReport,
 )
-from tierload.cache.node_cache import ACTOR_METHODS, CHANNEL_METHODS, NodeCache
-from tierload.config import load_config
-from tierload.errors import MessageError, MethodNotAllowedError
-from tierload.stores.cold import ColdLocation, ColdSource
 
 SECRET = "very-secret-key-material"
 BLOCKS = [Block.of(f"file:///data/{i}.bin", f"v{i}", 0, 100 + i) for i in range(5)]

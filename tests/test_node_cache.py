@@ -6,10 +6,10 @@ import os
 import shutil
 import tempfile
 
-from tierload.cache.coordinator import Coordinator
-from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.cache.node_cache import NodeCache
-from tierload.config import load_config
+from tierload.config.loading import load_config
+from tierload.coordinator.actor import Coordinator
+from tierload.node.node_cache import NodeCache
+from tierload.wire.endpoint import ENDPOINT_FILE
 
 
 def _ram_dirs() -> set[str]:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import torch
 
 import tierload
-from tierload.layouts.webdataset import WebDatasetDecoder
+from tierload.data.layouts.webdataset import WebDatasetDecoder
 
 
 def tar_of(members: list[tuple[str, bytes]]) -> bytes:

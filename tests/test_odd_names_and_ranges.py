@@ -14,11 +14,12 @@ import pytest
 from cases_common import proxied
 from test_cold_async import source_for
 
-from tierload.config import ManifestConfig, load_config
+from tierload.config.loading import load_config
+from tierload.config.models import ManifestConfig
+from tierload.data.manifest import build_manifest
 from tierload.errors import ManifestError, SourceChangedError
-from tierload.manifest import build_manifest
-from tierload.stores.cold import ColdSource
-from tierload.stores.listing import NOT_UTF8
+from tierload.stores.cold.listing import NOT_UTF8
+from tierload.stores.cold.source import ColdSource
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tierload.order import epoch_order, rank_slice, samples_per_rank, worker_positions
+from tierload.data.order import epoch_order, rank_slice, samples_per_rank, worker_positions
 
 
 def split_all(count, world, workers, chunk, drop_last, shuffle="sample", sample_block=None):

@@ -57,7 +57,7 @@ def test_a_get_that_never_answers_costs_max_attempts_gets(s3, bucket, lean_gets)
 def test_slowdown_halves_the_requests_in_flight_and_successes_restore_them(s3, bucket):
     from fsspec.asyn import sync
 
-    from tierload.stores.cold_async import _in_flight_limit  # the process's limit on s3fs's loop
+    from tierload.stores.cold.async_reads import _in_flight_limit  # the process's limit on s3fs's loop
 
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 4, 100)

@@ -14,11 +14,11 @@ import textwrap
 
 import pytest
 
-from tierload.cache.endpoint import read_endpoint
-from tierload.cache.node_cache import NodeCache
-from tierload.cache.ownership import OWNER_FILE, check_compatible, live_owner, sharing_terms
-from tierload.config import load_config
+from tierload.config.loading import load_config
 from tierload.errors import ServiceError, TierInUseError
+from tierload.node.node_cache import NodeCache
+from tierload.node.ownership import OWNER_FILE, check_compatible, live_owner, sharing_terms
+from tierload.wire.endpoint import read_endpoint
 
 
 def _config(hot, capacity=2**20, **sections):
@@ -29,7 +29,7 @@ def _config(hot, capacity=2**20, **sections):
 def impatient(monkeypatch):
     """A refused start gives up after 0.2 s instead of ownership's 5 s of patience (which exists
     for an owner still exiting; these tests' owners are alive, so the refusal is the same)."""
-    from tierload.cache import ownership
+    from tierload.node import ownership
 
     monkeypatch.setattr(ownership, "ACQUIRE_PATIENCE_S", 0.2)
 
@@ -93,10 +93,10 @@ def test_a_closed_cache_releases_the_directory_for_the_next_owner(tmp_path, star
 
 _OWNER_SCRIPT = textwrap.dedent("""
     import os, sys, time
-    from tierload.cache.node_cache import NodeCache
-    from tierload.config import load_config
+    from tierload.node.node_cache import NodeCache
+    from tierload.config.models import load_config
     from tierload.stores.local import LocalDirStore
-    from tierload.blockfile import encode_frame
+    from tierload.frames.blockfile import encode_frame
     hot = sys.argv[1]
     cache = NodeCache(load_config({"hot": {"dir": hot, "capacity_bytes": 2**20}, "warm": {"url": None}}),
                       node_id="dead").start()
@@ -121,7 +121,7 @@ def test_a_killed_owner_is_taken_over_with_its_complete_blocks_adopted(tmp_path,
     assert live_owner(str(hot)) is None  # the kernel released the dead process's lock
     assert read_endpoint(str(hot)).pid == owner.pid  # its endpoint file is stale
 
-    with caplog.at_level("WARNING", logger="tierload.cache.ownership"):
+    with caplog.at_level("WARNING", logger="tierload.node.ownership"):
         cache = started(_config(hot))
     assert f"previous owner (pid {owner.pid}" in caplog.text
     assert read_endpoint(str(hot)).pid == os.getpid()

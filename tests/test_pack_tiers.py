@@ -14,9 +14,9 @@ from pathlib import Path
 from helpers import index_of, land_warm_writes
 from torch.utils.data import DataLoader
 
-from tierload.blockfile import HEADER_SIZE, decode_frame, parse_header
-from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.checksum_key import local_key
+from tierload.frames.blockfile import HEADER_SIZE, decode_frame, parse_header
+from tierload.frames.checksum_key import local_key
+from tierload.wire.endpoint import ENDPOINT_FILE
 
 PACKS = {"pack_threshold_bytes": "2KiB", "pack_target_bytes": "8KiB"}
 
@@ -100,10 +100,10 @@ def test_a_fresh_hot_tier_reads_packs_from_warm_without_a_cold_request(bucket, t
 def test_a_dataset_hands_its_node_cache_the_manifest_file_it_mapped(bucket, tier_config, make_dataset):
     """The registration names the cached manifest file (path + dataset id), which the node cache
     maps; the blocks travel over the socket only when it cannot. The hot tier here is small, so
-    the pack target is lowered (``tierload.packs.manifest_settings``): the path must still be the
+    the pack target is lowered (``tierload.data.packs.manifest_settings``): the path must still be the
     file of the manifest the dataset uses."""
-    from tierload.cache.messages import BlockTable, DatasetRegistration
-    from tierload.cache.node_cache import _mapped_blocks
+    from tierload.node.node_cache import _mapped_blocks
+    from tierload.wire.messages import BlockTable, DatasetRegistration
 
     name, fs = bucket
     _put_with_an_empty_member(fs, f"{name}/ds", 40)
@@ -159,7 +159,7 @@ def test_sample_shuffle_over_packs_is_warned_about_and_block_aware_shuffle_is_no
     name, fs = bucket
     payloads = _put_with_an_empty_member(fs, f"{name}/ds", 40)
     config = tier_config(hot="1MiB", warm=None, manifest=PACKS)
-    with caplog.at_level(logging.WARNING, logger="tierload.dataset"):
+    with caplog.at_level(logging.WARNING, logger="tierload.loader.dataset"):
         block_aware = make_dataset(f"s3://{name}/ds", config, layout="files")
         assert not [r for r in caplog.records if "shuffle='sample'" in r.getMessage()]
         sample = make_dataset(f"s3://{name}/ds", config, layout="files", shuffle="sample")

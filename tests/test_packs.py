@@ -13,12 +13,13 @@ import torch
 from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.config import ManifestConfig
+from tierload.config.models import ManifestConfig
+from tierload.data.manifest import build_manifest
+from tierload.data.order import worker_positions
+from tierload.data.packs import PackIndex, group_objects
 from tierload.errors import SourceChangedError
-from tierload.manifest import build_manifest
-from tierload.order import worker_positions
-from tierload.packs import PackIndex, group_objects
-from tierload.stores.cold import ColdSource, ObjectInfo
+from tierload.stores.cold.listing import ObjectInfo
+from tierload.stores.cold.source import ColdSource
 
 PACKS = {"pack_threshold_bytes": "2KiB", "pack_target_bytes": "8KiB"}
 
@@ -65,7 +66,7 @@ def test_pack_index_locates_every_member_inside_its_block(s3, bucket):
 
 
 def _cold(s3):
-    from tierload.config import ColdConfig
+    from tierload.config.models import ColdConfig
 
     return ColdConfig(storage_options=s3.storage_options)
 
@@ -165,8 +166,8 @@ def test_the_cached_manifest_is_an_arrow_file_mapped_in_place(tmp_path):
     """Arrow IPC round trip: same blocks, packs and samples; arrays are views of the mapped file."""
     import pickle
 
-    from tierload.layouts.objects import plan_objects
-    from tierload.manifest import Manifest, open_manifest, save_manifest
+    from tierload.data.layouts.objects import plan_objects
+    from tierload.data.manifest import Manifest, open_manifest, save_manifest
 
     objects = [ObjectInfo(f"s3://b/d/{i % 3}/o{i:05d}", 0 if i == 7 else 100 + i, f'"e{i}"') for i in range(3000)]
     objects.insert(1500, ObjectInfo("s3://b/d/big", 5000, '"big"'))
@@ -188,9 +189,9 @@ def test_the_cached_manifest_is_an_arrow_file_mapped_in_place(tmp_path):
 
 
 def test_a_node_cache_maps_the_manifest_file_named_in_a_registration(tmp_path):
-    from tierload.cache.node_cache import _mapped_blocks
-    from tierload.layouts.objects import plan_objects
-    from tierload.manifest import Manifest, save_manifest
+    from tierload.data.layouts.objects import plan_objects
+    from tierload.data.manifest import Manifest, save_manifest
+    from tierload.node.node_cache import _mapped_blocks
 
     objects = [ObjectInfo(f"s3://b/d/o{i:04d}", 100, f'"e{i}"') for i in range(500)]
     plan = plan_objects("s3://b/d", objects, extensions=None, skip_empty=False, pack_threshold_bytes=1000,
@@ -203,8 +204,8 @@ def test_a_node_cache_maps_the_manifest_file_named_in_a_registration(tmp_path):
 
 
 def test_packs_are_never_larger_than_a_sixteenth_of_the_hot_tier():
-    from tierload.config import load_config
-    from tierload.packs import PACKS_PER_HOT_TIER, manifest_settings
+    from tierload.config.loading import load_config
+    from tierload.data.packs import PACKS_PER_HOT_TIER, manifest_settings
 
     roomy = load_config({"hot": {"capacity_bytes": "1GiB"}, "manifest": {"pack_target_bytes": "8MiB"}})
     assert manifest_settings(roomy) is roomy.manifest
@@ -221,7 +222,7 @@ def test_packs_are_never_larger_than_a_sixteenth_of_the_hot_tier():
 def test_mixed_packs_hold_many_classes_and_listing_packs_one():
     """A listing is sorted by class folder: packs of neighbours would feed block-aware shuffle
     batches of a handful of classes; mixed packs (the default) hold many classes each."""
-    from tierload.layouts.objects import plan_objects
+    from tierload.data.layouts.objects import plan_objects
 
     objects = [ObjectInfo(f"file:///d/{label}/img-{i:03d}.png", 100, "v") for label in range(8) for i in range(32)]
     kwargs = dict(extensions=(".png",), skip_empty=True, pack_threshold_bytes=1000, pack_target_bytes=1600)
@@ -243,9 +244,9 @@ def test_mixed_packs_refer_to_listing_rows_and_the_file_holds_the_listing_once(t
     """pack_order mixed: members are rows of the one listing (no reordered copy), in memory and mapped."""
     import numpy as np
 
-    from tierload.layouts.objects import plan_objects
-    from tierload.manifest import Manifest, open_manifest, save_manifest
-    from tierload.packs import ListedMembers, mixing_order
+    from tierload.data.layouts.objects import plan_objects
+    from tierload.data.manifest import Manifest, open_manifest, save_manifest
+    from tierload.data.packs import ListedMembers, mixing_order
 
     objects = [ObjectInfo(f"s3://b/d/{i % 4}/o{i:05d}", 0 if i == 11 else 50 + i % 90, f'"e{i}"') for i in range(4000)]
     objects.insert(2000, ObjectInfo("s3://b/d/big", 5000, '"big"'))

@@ -10,15 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tierload.counts import AccessCounts
 from tierload.errors import ConfigError
 from tierload.policies.clairvoyant import ClairvoyantPolicy, PositionalOracle
+from tierload.policies.counts import AccessCounts
 from tierload.policies.frequency import DecayingCounter, at_least
 from tierload.policies.lfu_size import SizeAwareLFUPolicy
 from tierload.policies.registry import POLICY_NAMES, make_policy
+from tierload.policies.tierindex import TierIndex
 from tierload.simulator.belady import min_hits
 from tierload.simulator.oracle import TraceOracle, next_use
-from tierload.tierindex import TierIndex
 
 
 class DistancesOnlyOracle:

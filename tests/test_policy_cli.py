@@ -10,7 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from tierload.cli.main import cli
-from tierload.config import check_config_file, load_config
+from tierload.config.check import check_config_file
+from tierload.config.loading import load_config
 
 # The compiled engine: compiled beside the tests before these (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("compiled_simulator")

@@ -6,7 +6,7 @@ import pytest
 from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.cache.runtime import apply_policy
+from tierload.deploy.runtime import apply_policy
 from tierload.errors import ConfigError
 
 

@@ -76,7 +76,7 @@ def _dataset_command(url: str, config, storage_options: dict) -> click.Command:
     would (no shipped command lists a dataset: the listing is the first thing a dataset does)."""
     @click.command()
     def open_dataset() -> None:
-        from tierload.dataset import TieredDataset
+        from tierload.loader.dataset import TieredDataset
 
         handle_errors(TieredDataset)(url, config, storage_options=storage_options)
     return open_dataset

@@ -207,9 +207,9 @@ def test_a_new_process_resumes_from_a_checkpoint_with_other_workers_and_a_warm_c
 def _epoch_rows(s3, name, config, epoch) -> list[int]:
     """The uninterrupted order of an epoch as the example's dataset (seed 7) yields it: row i holds id i
     (write_npy_dataset), and sample ids follow the manifest's row order."""
-    from tierload.dataset import TieredDataset
-    from tierload.manifest import load_manifest
-    from tierload.stores.cold import ColdSource
+    from tierload.data.manifest import load_manifest
+    from tierload.loader.dataset import TieredDataset
+    from tierload.stores.cold.source import ColdSource
 
     dataset = TieredDataset(f"s3://{name}/rows", config, batch_size=4, seed=7, storage_options=s3.storage_options,
                             lazy=True)
@@ -222,8 +222,8 @@ def test_a_resumed_stream_neither_prefetches_nor_counts_what_was_consumed_before
     """The node cache's plan of a resumed epoch starts at the resume point (unheard consumers included)."""
     import numpy as np
 
-    from tierload.cache.stream import Stream
-    from tierload.runs import NEVER
+    from tierload.data.runs import NEVER
+    from tierload.node.stream import Stream
 
     seq = np.arange(20, dtype=np.int32) % 10
     stream = Stream("s", "d", 0, seq, consume_len=20, num_consumers=2, num_blocks=10, start=12)

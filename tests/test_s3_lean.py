@@ -215,7 +215,7 @@ def test_keys_that_need_percent_encoding_are_found_and_correctly_signed(s3, buck
 def test_prepare_makes_the_client_and_the_route_and_sends_nothing(s3, bucket):
     """ColdSource.prepare() (the node cache calls it when a dataset registers) makes the S3
     client and the bucket's lean route ahead of the first read, without a request."""
-    from tierload.stores import s3_lean
+    from tierload.stores.cold.s3fast import s3_lean
 
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 2, 1000)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tierload.cache.oracle import PlanOracle, protected_horizon
-from tierload.cache.stream import Stream
-from tierload.counts import AccessCounts, DecayingCounter
+from tierload.node.oracle import PlanOracle, protected_horizon
+from tierload.node.stream import Stream
+from tierload.policies.counts import AccessCounts
+from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
-from tierload.tierindex import TierIndex
+from tierload.policies.tierindex import TierIndex
 
 CAPACITY = 50  # blocks of one byte each
 SLOW_BLOCKS, FAST_BLOCKS, EPOCHS = 24, 200, 4

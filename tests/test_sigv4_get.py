@@ -17,7 +17,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.utils import percent_encode
 
-from tierload.stores.sigv4_get import amz_date, sign_get, signing_key
+from tierload.stores.cold.s3fast.sigv4_get import amz_date, sign_get, signing_key
 
 NOW = datetime.datetime(2026, 11, 30, 23, 59, 59, 750000, tzinfo=datetime.timezone.utc)
 

@@ -15,8 +15,11 @@ import pytest
 from helpers import index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.simulator import StackSpec, read_trace, simulate
-from tierload.simulator.tracefile import write_trace  # noqa: F401 - the format the file below follows
+from tierload.simulator.run import StackSpec, simulate
+from tierload.simulator.tracefile import (
+    read_trace,
+    write_trace,  # noqa: F401 - the format the file below follows
+)
 
 # The compiled engine: compiled beside the tests before these (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("compiled_simulator")
@@ -61,19 +64,19 @@ def test_live_hit_ratios_match_the_simulator_on_the_recorded_trace(bucket, tier_
 
 
 def test_bench_min_is_over_the_accesses_the_hot_hit_counter_counts(bucket, tier_config, make_dataset):
-    """The benchmark's MIN column (tierload.bench.belady.dataset_min_hit_ratios) is over the very
+    """The benchmark's MIN column (tierload_tools.bench.belady.dataset_min_hit_ratios) is over the very
     accesses the live node cache counts: packs of ~8 samples are one access each, not eight, so
     hot hit <= MIN in every epoch. Per sample, MIN counted a pack's later samples as hits (~85%
     in a cold first epoch, where the hot tier hits nothing)."""
     import numpy as np
 
-    from tierload.bench.belady import dataset_min_hit_ratios, min_hit_ratios
-    from tierload.blockfile import HEADER_SIZE
+    from tierload.frames.blockfile import HEADER_SIZE
+    from tierload_tools.bench.belady import dataset_min_hit_ratios, min_hit_ratios
 
     name, fs = bucket
     count = 400
     put_indexed_objects(fs, f"{name}/packed", count, size=1000)
-    # packs of 8 objects: a pack is at most 1/16 of the hot tier (tierload.packs), ~1/3 of the data fits
+    # packs of 8 objects: a pack is at most 1/16 of the hot tier (tierload.data.packs), ~1/3 of the data fits
     config = tier_config(hot=130_000, warm=None, prefetch={"depth_blocks": 2},
                          manifest={"pack_threshold_bytes": "2KiB", "pack_target_bytes": 8000})
     dataset = make_dataset(f"s3://{name}/packed", config, layout="files", batch_size=6)

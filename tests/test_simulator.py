@@ -6,25 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tierload.cache.stream import Stream
-from tierload.config import load_config
+from tierload.config.loading import load_config
+from tierload.data.order import epoch_order, rank_slice, worker_positions
 from tierload.errors import ConfigError
-from tierload.order import epoch_order, rank_slice, worker_positions
-from tierload.simulator import (
-    DatasetShape,
-    JobSpec,
-    StackSpec,
-    Trace,
-    compare,
-    format_table,
-    job_trace,
-    min_hits,
-    read_trace,
-    simulate,
-    to_json,
-    write_trace,
-)
-from tierload.simulator.trace import rank_epoch_runs
+from tierload.node.stream import Stream
+from tierload.simulator.belady import min_hits
+from tierload.simulator.report import compare, format_table, to_json
+from tierload.simulator.run import StackSpec, simulate
+from tierload.simulator.trace import DatasetShape, JobSpec, Trace, job_trace, rank_epoch_runs
+from tierload.simulator.tracefile import read_trace, write_trace
 
 # The compiled engine: compiled beside the tests before these (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("compiled_simulator")
@@ -121,8 +111,8 @@ def test_text_trace_defaults_and_errors_name_the_line(tmp_path):
 
 
 def test_dataset_shape_from_a_manifest(tmp_path):
-    from tierload.blocks import Block
-    from tierload.manifest import Manifest
+    from tierload.data.blocks import Block
+    from tierload.data.manifest import Manifest
 
     blocks = [Block.of(f"s3://b/{i}.parquet", "etag", 4, 100 + i) for i in range(3)]
     manifest = Manifest("s3://b", "parquet", blocks, np.array([0, 0, 1, 2, 2, 2], np.int32),

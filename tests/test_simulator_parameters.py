@@ -96,7 +96,7 @@ def test_block_sizes_change_sizes_and_loader_settings_change_nothing(tmp_path):
     assert len(set(spread["size_bytes"].tolist())) > 10
     assert abs(spread["size_bytes"].mean() / (100 * 1024) - 1) < 0.3
     # A rank's DataLoader yields the rank's order whatever its workers and batch size
-    # (tierload/order.py, rule 3): recorded with the results, the same trace.
+    # (tierload/data/order.py, rule 3): recorded with the results, the same trace.
     loader = _trace(tmp_path, "--workers", "8", "--batch-size", "7")
     assert _same_accesses(loader, base)
     assert (loader["setup"]["dataloader_workers"], loader["setup"]["batch_size"]) == (8, 7)

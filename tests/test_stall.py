@@ -1,5 +1,5 @@
 """Data-stall accounting: dataset.stall_stats() and tierload.watch() against the benchmark's own
-figure (tierload.bench.loop.run_epochs) over an emulated slow S3, and the end-of-epoch line."""
+figure (tierload_tools.bench.loop.run_epochs) over an emulated slow S3, and the end-of-epoch line."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from helpers import put_indexed_objects
 from torch.utils.data import DataLoader
 
 import tierload
-from tierload.bench.emulated_s3 import EmulatedS3, LinkSettings
-from tierload.bench.loop import run_epochs
-from tierload.bench.workload import Dataset, Workload
-from tierload.stall import StallMeter, batch_length, watch
+from tierload.loader.stall import StallMeter, batch_length, watch
+from tierload_tools.bench.emulated_s3 import EmulatedS3, LinkSettings
+from tierload_tools.bench.loop import run_epochs
+from tierload_tools.bench.workload import Dataset, Workload
 
 
 def test_meter_splits_time_between_next_and_the_loop_body():
@@ -85,7 +85,7 @@ def test_stall_stats_agree_with_the_benchmark_within_two_points(bucket, tier_con
         dataset.set_epoch(epoch)
         return tierload.watch(DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=tierload.collate))
 
-    with caplog.at_level(logging.INFO, logger="tierload.stall"):
+    with caplog.at_level(logging.INFO, logger="tierload.loader.stall"):
         rows = run_epochs(workload, info, slow_s3.endpoint_url, for_epoch)
     ours = dataset.stall_stats()
     assert [row["epoch"] for row in ours["epochs"]] == [0, 1]

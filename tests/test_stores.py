@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from tierload.keys import block_key
 from tierload.stores.fsspec_store import FsspecStore
+from tierload.stores.keys import block_key
 from tierload.stores.local import LocalDirStore
 from tierload.stores.registry import open_store
 

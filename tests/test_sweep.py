@@ -12,12 +12,14 @@ from click.testing import CliRunner
 from helpers import put_indexed_objects
 
 from tierload.cli.main import cli
-from tierload.config import CostConfig, load_config
+from tierload.config.loading import load_config
+from tierload.config.models import CostConfig
 from tierload.errors import ConfigError
-from tierload.simulator import DatasetShape, JobSpec, StackSpec, job_trace, simulate
 from tierload.simulator.dataset_source import dataset_shape
 from tierload.simulator.fast.tracegen import fast_job_trace
+from tierload.simulator.run import StackSpec, simulate
 from tierload.simulator.sweep import parse_sweep, run_sweep, usd_per_run
+from tierload.simulator.trace import DatasetShape, JobSpec, job_trace
 
 # The compiled engine: compiled beside the tests before these (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("compiled_simulator")

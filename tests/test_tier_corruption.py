@@ -11,10 +11,10 @@ from pathlib import Path
 from helpers import index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.blockfile import HEADER_SIZE, FrameFormat, decode_frame, encode_frame, parse_header, verify_frame
-from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.checksum_key import local_key
 from tierload.errors import IntegrityError
+from tierload.frames.blockfile import HEADER_SIZE, FrameFormat, decode_frame, encode_frame, parse_header, verify_frame
+from tierload.frames.checksum_key import local_key
+from tierload.wire.endpoint import ENDPOINT_FILE
 
 _CODEC_BYTE = 4  # after the 4-byte magic
 

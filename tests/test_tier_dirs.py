@@ -28,13 +28,13 @@ from tier_dir_faults import (  # noqa: F401 - fixtures, used by name
     tierload_lines,
 )
 
-from tierload.cache.hot_tier import HotTier
-from tierload.cache.oracle import PlanOracle
-from tierload.cache.tier_writes import open_warm_or_none
-from tierload.checksum import checksum
-from tierload.config import load_config
-from tierload.counts import AccessCounts, PinCounts
+from tierload.config.loading import load_config
+from tierload.frames.checksum import checksum
+from tierload.node.hot_tier import HotTier
+from tierload.node.oracle import PlanOracle
+from tierload.policies.counts import AccessCounts, PinCounts
 from tierload.policies.frequency import DecayingCounter
+from tierload.stores.tier_writes import open_warm_or_none
 
 
 # ------------------------------------------------------------------ the hot tier alone
@@ -103,7 +103,7 @@ def test_a_ram_level_smaller_than_its_capacity_hands_what_does_not_fit_to_the_di
 def test_a_warm_dir_that_cannot_be_made_runs_without_a_warm_tier_and_a_read_only_one_opens(tmp_path, mounts,
                                                                                           caplog):
     """Case B42: a warm dir that cannot be made: no warm tier (warned); a read-only one opens"""
-    from tierload.cache.coordinator import Coordinator
+    from tierload.coordinator.actor import Coordinator
 
     frozen = mounts.tmpfs(tmp_path / "frozen", "1m", "ro")
     assert open_warm_or_none(str(frozen / "missing")) is None
@@ -119,8 +119,8 @@ def test_a_read_only_warm_tier_is_used_again_once_writable(tmp_path, mounts, cap
     """The node's side and the coordinator's, in one process: refused writes give their
     reservations back, the node stops proposing for ``warm.write_retry_s``, and proposes
     (and writes) again once the directory is writable again."""
-    from tierload.cache.coordinator import Coordinator
-    from tierload.cache.coordinator_sync import CoordinatorSync
+    from tierload.coordinator.actor import Coordinator
+    from tierload.node.coordinator_sync import CoordinatorSync
 
     caplog.set_level(logging.INFO, logger="tierload")
     warm = mounts.tmpfs(tmp_path / "warm", "4m")

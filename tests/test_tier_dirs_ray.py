@@ -26,9 +26,9 @@ from tier_dir_faults import (  # noqa: F401 - fixtures, used by name
 )
 from torch.utils.data import DataLoader
 
-from tierload.cache.control_dir import fallback_dir
-from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.checksum_key import KEY_FILE
+from tierload.frames.checksum_key import KEY_FILE
+from tierload.stores.control_dir import fallback_dir
+from tierload.wire.endpoint import ENDPOINT_FILE
 
 
 # ------------------------------------------------------------ end to end: Ray, S3, epochs
@@ -69,7 +69,7 @@ def settled_levels(dataset, timeout_s: float = 60.0) -> list[dict]:
 def warm_stats(config) -> dict:
     import ray
 
-    from tierload.cache.runtime import coordinator_name
+    from tierload.deploy.runtime import coordinator_name
 
     coordinator = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
     return ray.get(coordinator.stats.remote())
@@ -152,7 +152,7 @@ def test_a_filled_hot_dir_read_only_at_start_serves_its_blocks(bucket, tier_conf
                                                                mounts, control_files_of):
     """A job fills the hot tier; the directory is remounted read-only; the next job (a new node
     cache) serves the blocks it holds from it and the rest from cold, adding none."""
-    from tierload.cache.runtime import stop_actors
+    from tierload.deploy.runtime import stop_actors
 
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 24, size=6000)
@@ -285,7 +285,7 @@ def test_an_empty_read_only_warm_dir_at_start_is_a_warning_and_the_job_runs(buck
 def test_a_filled_warm_dir_read_only_at_start_serves_its_hits(bucket, tier_config, make_dataset, tmp_path, mounts):
     """Case B42: a warm tier filled by an earlier run and read-only when the next run starts: one
     warning, and every block it holds is served from it (no cold GET)."""
-    from tierload.cache.runtime import stop_actors
+    from tierload.deploy.runtime import stop_actors
 
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 12, size=3000)

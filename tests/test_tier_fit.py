@@ -6,9 +6,9 @@ import logging
 
 from helpers import put_indexed_objects
 
-from tierload.blocks import Block
-from tierload.config import load_config
-from tierload.tier_fit import fitting, hot_fit_problem, prefetch_window_bytes
+from tierload.config.loading import load_config
+from tierload.data.blocks import Block
+from tierload.data.tier_fit import fitting, hot_fit_problem, prefetch_window_bytes
 
 
 def _blocks(*lengths: int) -> list[Block]:
@@ -45,12 +45,12 @@ def test_a_dataset_with_a_one_kib_hot_tier_warns_once_at_start_and_still_reads_e
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/tiny-hot", 8, size=3000)
     config = tier_config(hot="1KiB", cold={"storage_options": s3.storage_options})
-    with caplog.at_level(logging.WARNING, logger="tierload.tier_fit"):
+    with caplog.at_level(logging.WARNING, logger="tierload.data.tier_fit"):
         job = make_dataset(f"s3://{name}/tiny-hot", config, layout="files", batch_size=2)
         job.start()
         job.set_epoch(0)
         assert sum(1 for _ in job) == 8  # bypass: every sample still arrives
         job.start()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "tierload.tier_fit"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tierload.data.tier_fit"]
     assert len(warnings) == 1, warnings
     assert "hot.capacity_bytes is 1.0 KiB" in warnings[0] and "2.9 KiB" in warnings[0], warnings

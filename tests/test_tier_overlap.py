@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tierload.blockfile import encode_frame
-from tierload.config import load_config
-from tierload.dataset import TieredDataset
+from tierload.config.loading import load_config
 from tierload.errors import ConfigError
-from tierload.stores.cold import ColdSource
+from tierload.frames.blockfile import encode_frame
+from tierload.loader.dataset import TieredDataset
+from tierload.stores.cold.source import ColdSource
 from tierload.stores.local import LocalDirStore
 
 

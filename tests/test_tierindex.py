@@ -7,11 +7,11 @@ import random
 import numpy as np
 import pytest
 
-from tierload.counts import AccessCounts
 from tierload.policies.clairvoyant import NEVER
+from tierload.policies.counts import AccessCounts
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy
-from tierload.tierindex import Residency, TierIndex
+from tierload.policies.tierindex import Residency, TierIndex
 
 
 class FixedOracle:

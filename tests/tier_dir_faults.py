@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tierload.cache.endpoint import ENDPOINT_FILE
-from tierload.cache.hot_tier import ram_level_dir
+from tierload.node.hot_tier import ram_level_dir
+from tierload.wire.endpoint import ENDPOINT_FILE
 
 REFUSES = "refuses writes"
 FULL = "is full at"

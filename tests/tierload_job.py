@@ -40,7 +40,7 @@ def main(spec: dict) -> None:
     import ray
     from torch.utils.data import DataLoader
 
-    from tierload.dataset import TieredDataset
+    from tierload.loader.dataset import TieredDataset
 
     dataset = TieredDataset(spec["url"], spec["config"], storage_options=spec["storage_options"], layout="files",
                             seed=spec["seed"], batch_size=1)

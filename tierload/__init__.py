@@ -6,7 +6,8 @@ The public API::
     dataset = TieredDataset("s3://bucket/train", load_config("configs/default.yaml"), batch_size=64)
 """
 
-from tierload.config import TierloadConfig, load_config
+from tierload.config.loading import load_config
+from tierload.config.models import TierloadConfig
 from tierload.errors import (
     BackendError,
     BucketNotFoundError,
@@ -25,7 +26,11 @@ from tierload.errors import (
 __version__ = "0.1.0"
 
 # torch is imported only when the dataset is used: actors and the CLI start without it.
-_LAZY = {"TieredDataset": "tierload.dataset", "collate": "tierload.collation", "watch": "tierload.stall"}
+_LAZY = {
+    "TieredDataset": "tierload.loader.dataset",
+    "collate": "tierload.loader.collation",
+    "watch": "tierload.loader.stall",
+}
 
 
 def __getattr__(name: str):

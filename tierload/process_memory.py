@@ -1,7 +1,7 @@
 """Giving freed memory back to the system: the manifest build's temporaries, a worker's epochs.
 
 Used by the listing and manifest steps (hundreds of MB of temporaries at a million keys) and
-by :class:`tierload.epoch_reader.EpochReader` in DataLoader workers.
+by :class:`tierload.loader.epoch_reader.EpochReader` in DataLoader workers.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from tierload.config import load_config
-from tierload.service import serve
+from tierload.config.loading import load_config
+from tierload.deploy.service import serve
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ def train_rank(url: str, config_path: str | None, rank: int, world_size: int, ep
     from torch.utils.data import DataLoader
 
     from tierload import TieredDataset, load_config
-    from tierload.demo.model import DigitsCNN, to_input
+    from tierload_tools.demo.model import DigitsCNN, to_input
 
     dataset = TieredDataset(url, load_config(config_path), rank=rank, world_size=world_size, batch_size=32,
                             transform=to_input, address="auto")

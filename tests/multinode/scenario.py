@@ -21,8 +21,8 @@ import time
 import ray
 from ray.cluster_utils import Cluster
 
-from tierload.cache.stats import hit_ratios
-from tierload.s3local import LocalS3
+from tierload.node.stats import hit_ratios
+from tierload_tools.s3local import LocalS3
 
 NODES = 3
 SAMPLES = 90
@@ -110,8 +110,8 @@ def start(shared: Shared, workdir: str, warm: bool, per_node_fraction: float, de
 def end(config: dict, trainers: list, wait: bool = True) -> None:
     """Stop a scenario's trainers and actors, and (``wait``) wait until no named actor is left, so
     the next scenario on the shared cluster starts from a cluster without tierload actors."""
-    from tierload.cache.runtime import stop_actors
-    from tierload.config import load_config
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import stop_actors
 
     for trainer in trainers:
         try:
@@ -200,8 +200,8 @@ def scenario_node_loss(shared: Shared, workdir: str) -> dict:
             doomed_state = "finished"
         except Exception as exc:  # noqa: BLE001 - its node is gone: expected
             doomed_state = type(exc).__name__
-        from tierload.cache.runtime import coordinator_name
-        from tierload.config import load_config
+        from tierload.config.loading import load_config
+        from tierload.deploy.runtime import coordinator_name
 
         coordinator = ray.get_actor(coordinator_name(load_config(config)), namespace="tierload")
         deadline = time.monotonic() + 30
@@ -220,7 +220,7 @@ def scenario_node_loss(shared: Shared, workdir: str) -> dict:
 def _expected_slices(epoch: int) -> list[list[int]]:
     import numpy as np
 
-    from tierload.order import epoch_order, rank_slice
+    from tierload.data.order import epoch_order, rank_slice
 
     order = epoch_order(np.arange(SAMPLES), seed=0, epoch=epoch, shuffle="sample")
     return [rank_slice(order, rank=r, world_size=NODES, drop_last=False).tolist() for r in range(NODES)]

@@ -8,14 +8,32 @@ exit code, and any other error with one line too (the traceback with ``--debug``
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from tierload.cli.errors import debug_enabled, fail
 from tierload.cli.quiet import configure_output
 
+# Commands that live with the tools beside the library (``tierload_tools``): imported only when
+# named, so the library's own commands never load the benchmark or the demo.
+TOOL_COMMANDS = {"bench": "tierload_tools.bench.cli:bench", "demo": "tierload_tools.demo.cli:demo"}
+
 
 class TierloadGroup(click.Group):
-    """The command group; an error no command handled still ends as one line and an exit code."""
+    """The command group; an error no command handled still ends as one line and an exit code.
+
+    The tools' commands (:data:`TOOL_COMMANDS`) are listed with the others and imported when run.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *TOOL_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in TOOL_COMMANDS:
+            module, _, attribute = TOOL_COMMANDS[cmd_name].partition(":")
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -37,17 +55,9 @@ def cli(debug: bool) -> None:
     configure_output(debug or debug_enabled())
 
 
-from tierload.cli.demo import demo  # noqa: E402 - commands register on the group above
-
-cli.add_command(demo)
-
-from tierload.cli.policy import policy  # noqa: E402
+from tierload.cli.policy import policy  # noqa: E402 - commands register on the group above
 
 cli.add_command(policy)
-
-from tierload.cli.bench import bench  # noqa: E402
-
-cli.add_command(bench)
 
 from tierload.cli.service import serve, status, stop  # noqa: E402
 

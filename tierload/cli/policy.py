@@ -55,7 +55,7 @@ def _names(text: str | None, allowed: tuple[str, ...], option: str) -> tuple[str
 
 def _checked(file: str, consequence: str = ""):
     """The config in ``file``, or exit 2 after printing every problem in it."""
-    from tierload.config import check_config_file
+    from tierload.config.check import check_config_file
 
     config, problems = check_config_file(file)
     if problems:
@@ -85,7 +85,7 @@ def show(file: str | None, as_json: bool) -> None:
     """Print the effective configuration: FILE (or none) over the defaults, with TIERLOAD_* applied."""
     import yaml
 
-    from tierload.config import load_config
+    from tierload.config.loading import load_config
 
     config = handle_errors(load_config)(file)
     data = config.to_dict()
@@ -171,9 +171,12 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
     def run() -> None:
         from tqdm import tqdm
 
-        from tierload.simulator import JobSpec, StackSpec, compare, format_table, read_trace, to_json, write_trace
         from tierload.simulator.dataset_source import dataset_shape
         from tierload.simulator.fast.tracegen import fast_job_trace
+        from tierload.simulator.report import compare, format_table, to_json
+        from tierload.simulator.run import StackSpec
+        from tierload.simulator.trace import JobSpec
+        from tierload.simulator.tracefile import read_trace, write_trace
 
         block_bytes = parse_bytes(block_size, field="--block-size")
         if trace_file:
@@ -227,12 +230,12 @@ def set_policy(file: str, deployment: str | None) -> None:
     It takes effect at each tier's next admission decision. An invalid FILE is refused with
     every problem listed, and the running policy stays as it is.
     """
-    from tierload.config import load_config
+    from tierload.config.loading import load_config
 
     new = handle_errors(_checked)(file, "; refused, the running policy is unchanged")
 
     def run() -> None:
-        from tierload.cache.runtime import apply_policy  # imports Ray: only once the file is known good
+        from tierload.deploy.runtime import apply_policy  # imports Ray: only once the file is known good
 
         target = load_config(deployment if deployment else file)
         result = apply_policy(target, new.policy) or {}

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tierload.config import TierloadConfig
+from tierload.config.models import TierloadConfig
 from tierload.simulator.run import StackSpec
 from tierload.simulator.trace import Trace
 

@@ -24,14 +24,14 @@ REDRAW = "\x1b[H\x1b[J"
 
 
 def _load(config_path, address):
-    from tierload.config import load_config
+    from tierload.config.loading import load_config
 
     return load_config(config_path, overrides={"ray": {"address": address}} if address else None)
 
 
 def _cluster_or_refuse(config) -> str:
     """The configured Ray cluster's address, or ServiceError when there is none that answers."""
-    from tierload.service_probe import ray_address, ray_cluster_answers
+    from tierload.deploy.service_probe import ray_address, ray_cluster_answers
 
     cluster = ray_address(config)
     if cluster is None:
@@ -50,7 +50,7 @@ def serve(address, config_path) -> None:
     Without a cluster (no --address, ray.address or RAY_ADDRESS) it refuses and says how to
     start one: actors on a Ray that this command started would end with it.
     """
-    from tierload.service import serve as start_service
+    from tierload.deploy.service import serve as start_service
 
     def run():
         config = _load(config_path, address)
@@ -68,8 +68,8 @@ def serve(address, config_path) -> None:
 @_config
 def stop(address, config_path) -> None:
     """Stop the service's actors (hot and warm tier files stay on disk)."""
-    from tierload.service import stop as stop_service
-    from tierload.service_probe import ray_address, ray_cluster_answers
+    from tierload.deploy.service import stop as stop_service
+    from tierload.deploy.service_probe import ray_address, ray_cluster_answers
 
     config = handle_errors(_load)(config_path, address)
     cluster = ray_address(config)
@@ -102,7 +102,7 @@ def status(address, config_path, as_json, watch, interval_s) -> None:
     """Per node: hot levels' used/capacity, hit ratios, S3/warm/peer traffic, open streams and their
     prefetch lead; the shared warm tier. Exits 3 when no service runs (decided without starting Ray)."""
     from tierload.cli.status_view import render
-    from tierload.service import find_status
+    from tierload.deploy.service import find_status
 
     config = handle_errors(_load)(config_path, address)
     find = handle_errors(lambda: find_status(config, address))

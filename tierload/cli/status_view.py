@@ -1,6 +1,6 @@
 """``tierload status`` as text: a table per node, then the shared warm tier.
 
-Renders the report of :func:`tierload.service.find_status` (plain data, also ``--json``'s).
+Renders the report of :func:`tierload.deploy.service.find_status` (plain data, also ``--json``'s).
 """
 
 from __future__ import annotations

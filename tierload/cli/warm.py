@@ -91,8 +91,8 @@ def warm(url, config_path, address, epochs, fraction, layout, seed, shuffle, end
     says what was left for the job to read from the cold tier. Blocks larger than the whole warm
     tier are not read at all; a run that can stage nothing exits 1.
     """
-    from tierload.config import load_config
-    from tierload.prestage import prestage
+    from tierload.config.loading import load_config
+    from tierload.deploy.prestage import prestage
 
     overrides = {"cold": {"endpoint_url": endpoint_url}} if endpoint_url else None
     config = handle_errors(load_config)(config_path, overrides)

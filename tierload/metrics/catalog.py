@@ -7,7 +7,7 @@ a metric ``tierload_hits`` appears on Ray's Prometheus endpoint as ``ray_tierloa
 
 Labels: ``node`` is the node cache's node id (``cluster`` for the coordinator's warm tier);
 ``tier`` is ``hot-ram``, ``hot-disk``, ``hot`` (both levels together), ``peer``, ``warm`` or
-``cold``; ``kind`` is a retry class of :class:`tierload.stores.retry.Failure`; ``stream`` is a
+``cold``; ``kind`` is a retry class of :class:`tierload.stores.cold.retry.Failure`; ``stream`` is a
 rank's stream lineage (``dataset/seed/rank``, the same every epoch); ``rank`` is the training
 rank and ``dataset`` the dataset id.
 """

@@ -1,6 +1,6 @@
 """Samples from the counters the actors already keep: pure functions, no metric call, no I/O.
 
-The node cache counts every access once (:mod:`tierload.cache.accounting`) and its parts keep
+The node cache counts every access once (:mod:`tierload.node.accounting`) and its parts keep
 their own tallies (levels, fetches, the coordinator sync); here those numbers become labelled
 samples of the metrics in :mod:`tierload.metrics.catalog`. Counters are sampled as running
 totals: the sink turns them into increments.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from tierload.metrics.catalog import BY_NAME
-from tierload.stores.retry import Failure
+from tierload.stores.cold.retry import Failure
 
 # Served-from counters of the node's stats, by tier.
 _HITS = (("hot", "hot_hits"), ("peer", "peer_hits"), ("warm", "warm_hits"))
@@ -57,7 +57,7 @@ def node_samples(stats: Mapping[str, Any], leads: Iterable[tuple[str, int, float
     """Samples of one node cache.
 
     Args:
-        stats: :meth:`tierload.cache.node_cache.NodeCache.stats` (``counters``, ``levels``,
+        stats: :meth:`tierload.node.node_cache.NodeCache.stats` (``counters``, ``levels``,
             ``inflight``, ``staged_bytes``, ``sync``).
         leads: ``(stream, lead_blocks, lead_seconds)`` per open stream (see :class:`LeadClock`);
             ``lead_seconds`` NaN when the stream's rate is not known yet.
@@ -98,7 +98,7 @@ def node_samples(stats: Mapping[str, Any], leads: Iterable[tuple[str, int, float
 
 
 def tier_samples(node: str, levels: Iterable[Mapping[str, Any]]) -> list[Sample]:
-    """Samples of tier indexes' stats (:meth:`tierload.tierindex.TierIndex.stats`, plus the hot
+    """Samples of tier indexes' stats (:meth:`tierload.policies.tierindex.TierIndex.stats`, plus the hot
     tier's ``promotions``, ``demotions`` and ``written_bytes`` where present)."""
     out = []
     for level in levels:
@@ -109,7 +109,7 @@ def tier_samples(node: str, levels: Iterable[Mapping[str, Any]]) -> list[Sample]
 
 
 def coordinator_samples(stats: Mapping[str, Any]) -> list[Sample]:
-    """Samples of the coordinator (:meth:`tierload.cache.coordinator.Coordinator.stats`): the warm tier."""
+    """Samples of the coordinator (:meth:`tierload.coordinator.actor.Coordinator.stats`): the warm tier."""
     warm = stats.get("warm")
     return tier_samples("cluster", [warm]) if warm else []
 

@@ -1,6 +1,6 @@
 """The eviction/admission policy interface. Pure: no I/O, no Ray, no clocks of its own.
 
-A :class:`tierload.tierindex.TierIndex` owns residency and capacity and asks its policy two
+A :class:`tierload.policies.tierindex.TierIndex` owns residency and capacity and asks its policy two
 things: which residents to evict so a new block fits (or whether to refuse the new block),
 and it tells the policy every access, insert and removal. The simulator drives the same
 classes with a recorded or computed trace.

@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from tierload.runs import NEVER
+from tierload.data.runs import NEVER
 from tierload.simulator.oracle import next_use
 from tierload.simulator.trace import PROGRESS_EVERY, Progress
 
@@ -125,7 +125,7 @@ def min_hits(block: np.ndarray, block_bytes: np.ndarray, capacity_bytes: int, no
     """
     started = time.process_time()
     if engine == "fast":
-        from tierload.simulator.fast import min_hits_fast
+        from tierload.simulator.fast.belady import min_hits_fast
 
         if progress is not None:
             progress(0, len(block))
@@ -170,7 +170,7 @@ def min_hit_flags(block: np.ndarray, block_bytes: np.ndarray, capacity_bytes: in
     For hit ratios over parts of a trace, e.g. per epoch. ``engine`` as :func:`min_hits`'s.
     """
     if engine == "fast":
-        from tierload.simulator.fast import min_hits_fast
+        from tierload.simulator.fast.belady import min_hits_fast
 
         marks = np.zeros(len(block), dtype=bool)
         min_hits_fast(block, block_bytes, capacity_bytes, node, marks)

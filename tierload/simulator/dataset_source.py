@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tierload.config import TierloadConfig
+from tierload.config.models import TierloadConfig
 from tierload.simulator.trace import DatasetShape
 
 
@@ -17,7 +17,7 @@ def shape_from_listing(url: str, config: TierloadConfig, *, layout: str | None =
                        refresh: bool = False) -> DatasetShape:
     """Block count and sizes of the dataset under ``url``, from its manifest.
 
-    The manifest is the one a :class:`tierload.dataset.TieredDataset` would use: cached under
+    The manifest is the one a :class:`tierload.loader.dataset.TieredDataset` would use: cached under
     ``manifest.cache_dir``, else built by listing the prefix (with ``cold`` credentials and
     endpoint) and cached.
 
@@ -25,9 +25,9 @@ def shape_from_listing(url: str, config: TierloadConfig, *, layout: str | None =
         ManifestError: The prefix holds nothing readable.
         BackendError: The listing failed.
     """
-    from tierload.manifest import load_manifest
-    from tierload.packs import manifest_settings
-    from tierload.stores.cold import ColdSource
+    from tierload.data.manifest import load_manifest
+    from tierload.data.packs import manifest_settings
+    from tierload.stores.cold.source import ColdSource
 
     manifest = load_manifest(ColdSource(url, config.cold), manifest_settings(config), layout, refresh=refresh)
     sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tierload.runs import NEVER, next_run_of_same_block
+from tierload.data.runs import NEVER, next_run_of_same_block
 
 
 def next_use(block: np.ndarray, node: np.ndarray | None = None) -> np.ndarray:

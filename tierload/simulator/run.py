@@ -1,6 +1,6 @@
 """Replay a trace through a stack of tiers: a hot tier per node, a shared warm tier, cold.
 
-No storage is touched: each tier is a :class:`tierload.tierindex.TierIndex` driving the
+No storage is touched: each tier is a :class:`tierload.policies.tierindex.TierIndex` driving the
 same policy classes the node cache and the coordinator use, and the stack moves blocks as
 they do:
 
@@ -28,15 +28,15 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from tierload.config import TierloadConfig
+from tierload.config.models import TierloadConfig
 from tierload.errors import ConfigError
 from tierload.policies.base import Policy
 from tierload.policies.clairvoyant import NextUseOracle
 from tierload.policies.frequency import DecayingCounter
 from tierload.policies.registry import make_policy, policy_spec
+from tierload.policies.tierindex import TierIndex
 from tierload.simulator.oracle import TraceOracle, next_use
 from tierload.simulator.trace import PROGRESS_EVERY, Progress, Trace
-from tierload.tierindex import TierIndex
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def simulate(trace: Trace, spec: StackSpec, progress: Progress | None = None, *,
     if engine not in ENGINES:
         raise ConfigError(f"unknown simulator engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine != "reference":
-        from tierload.simulator.fast import simulate_fast, supports
+        from tierload.simulator.fast.simulate import simulate_fast, supports
 
         if engine == "fast" or supports(spec):
             return simulate_fast(trace, spec, progress, outcome)

@@ -3,7 +3,7 @@
 ``--sweep hot=5%..100%`` evaluates each hot-tier policy (with the configured warm tier) at
 each capacity, and Belady's MIN for the hot tier; ``warm=...`` each warm policy with the
 configured hot tier. Per point: hot hit ratio, S3 bytes and GETs per epoch, and, with a price
-table (:class:`tierload.config.CostConfig`), dollars per training run. The *knee* of a
+table (:class:`tierload.config.models.CostConfig`), dollars per training run. The *knee* of a
 policy is its smallest capacity whose S3 bytes are within 5% of its best.
 
 Grid points run in worker processes (``concurrent.futures``); the trace goes to them as
@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tierload.config import CostConfig
+from tierload.config.models import CostConfig
 from tierload.errors import ConfigError
 from tierload.simulator.run import SimResult, StackSpec, simulate
 from tierload.simulator.trace import Trace
@@ -137,7 +137,7 @@ def _load(folder: str) -> Trace:
 
 
 def _min_point(trace: Trace, capacity: int) -> tuple[int, int]:
-    from tierload.simulator.fast import min_hits_fast
+    from tierload.simulator.fast.belady import min_hits_fast
 
     flags = np.zeros(len(trace), dtype=bool)
     hits = min_hits_fast(trace.block, trace.block_bytes, capacity, trace.node, flags)

@@ -1,15 +1,15 @@
 """Access traces: the block accesses a TieredDataset configuration makes, or a recorded file.
 
-An access is one *run* of :func:`tierload.runs.plan_runs`: what the node cache counts,
+An access is one *run* of :func:`tierload.data.runs.plan_runs`: what the node cache counts,
 prefetches and asks the hot tier's policy about. A generated trace repeats exactly what a
-running job plans, step by step: the epoch order (:func:`tierload.order.epoch_order`), the
-rank's slice (:func:`tierload.order.rank_slice`), the plan with the next epoch's order as
+running job plans, step by step: the epoch order (:func:`tierload.data.order.epoch_order`), the
+rank's slice (:func:`tierload.data.order.rank_slice`), the plan with the next epoch's order as
 look-ahead, cut into runs, of which the ones starting inside the epoch are counted.
 
 DataLoader workers do not change the trace: the node cache schedules a rank's runs in the
 rank's order whatever the number of workers, and the loader yields exactly that order
-(:mod:`tierload.order`, rule 3; ``tests/test_simulator.py`` rebuilds it from
-:func:`tierload.order.worker_positions`). Ranks and jobs are interleaved as they progress
+(:mod:`tierload.data.order`, rule 3; ``tests/test_simulator.py`` rebuilds it from
+:func:`tierload.data.order.worker_positions`). Ranks and jobs are interleaved as they progress
 together: by their position within the epoch, one run each in turn on ties, as the node
 cache's scheduler serves its streams.
 """
@@ -23,9 +23,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tierload.data.order import SHUFFLE_MODES, epoch_order, rank_slice, resolve_shuffle, reuse_gap
+from tierload.data.runs import counted_runs
 from tierload.errors import ConfigError
-from tierload.order import SHUFFLE_MODES, epoch_order, rank_slice, resolve_shuffle, reuse_gap
-from tierload.runs import counted_runs
 
 DEFAULT_BLOCK_BYTES = 2**20
 Progress = Callable[[int, int], None]  # replays report (accesses done, accesses in all)
@@ -89,13 +89,13 @@ class DatasetShape:
 
     @classmethod
     def from_manifest(cls, path: str | os.PathLike) -> "DatasetShape":
-        """The shape of a dataset from a cached manifest file (Arrow IPC, or JSON) (see :mod:`tierload.manifest`).
+        """The shape of a dataset from a cached manifest file (Arrow IPC, or JSON) (see :mod:`tierload.data.manifest`).
 
         Raises:
             ConfigError: The file is missing or is not a tierload manifest.
         """
+        from tierload.data.manifest import open_manifest
         from tierload.errors import ManifestError
-        from tierload.manifest import open_manifest
 
         file = Path(path).expanduser()
         try:
@@ -120,11 +120,11 @@ class DatasetShape:
         return int(self.block_bytes.sum())
 
     def reuse_gap(self, window_blocks: int) -> int:
-        """Run grouping of a TieredDataset over this shape (:func:`tierload.order.reuse_gap`)."""
+        """Run grouping of a TieredDataset over this shape (:func:`tierload.data.order.reuse_gap`)."""
         return reuse_gap(self.sample_block, window_blocks)
 
     def shuffle_mode(self, shuffle: str) -> str:
-        """``"auto"`` resolved as TieredDataset does (:func:`tierload.order.resolve_shuffle`)."""
+        """``"auto"`` resolved as TieredDataset does (:func:`tierload.data.order.resolve_shuffle`)."""
         return resolve_shuffle(shuffle, self.num_samples, self.num_blocks)
 
 

@@ -1,6 +1,6 @@
 """The interface every tier backend implements: a flat namespace of block files.
 
-Capacity and residency are not the store's business: :class:`tierload.tierindex.TierIndex`
+Capacity and residency are not the store's business: :class:`tierload.policies.tierindex.TierIndex`
 accounts for them, so policies stay free of I/O. Stores only move bytes, atomically.
 """
 

@@ -9,8 +9,8 @@ import secrets
 import fsspec
 
 from tierload.errors import BackendError
-from tierload.keys import check_key
 from tierload.stores.base import BlockStore
+from tierload.stores.keys import check_key
 
 _TMP = ".tmp"
 

@@ -7,7 +7,7 @@ removes once its writer is dead.
 
 A directory that exists but cannot be written (a read-only mount, no permission) still opens:
 its blocks are served, and each write raises :class:`BackendError`, which the tier's owner
-turns into "admit nothing for a while" (:mod:`tierload.cache.tier_writes`).
+turns into "admit nothing for a while" (:mod:`tierload.stores.tier_writes`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import secrets
 from pathlib import Path
 
 from tierload.errors import BackendError
-from tierload.keys import check_key
 from tierload.stores.base import BlockStore
 from tierload.stores.dir_trust import make_tier_dir
+from tierload.stores.keys import check_key
 
 log = logging.getLogger(__name__)
 

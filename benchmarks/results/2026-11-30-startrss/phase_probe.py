@@ -10,7 +10,13 @@ Usage: python phase_probe.py ENDPOINT_JSON WORKDIR, where ENDPOINT_JSON is
 serving the synthetic bucket "imagenet-synthetic" (prefix "train"), as `tierload bench
 --workload startup` starts it.
 """
-import functools, importlib, json, os, sys, time, gc
+import functools
+import importlib
+import json
+import os
+import sys
+import time
+
 
 def status():
     out = {}
@@ -21,6 +27,8 @@ def status():
     return out
 
 import ctypes
+
+
 class _MI(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 _libc = ctypes.CDLL("libc.so.6"); _libc.mallinfo2.restype = _MI
@@ -118,6 +126,7 @@ def main():
     print("construct+first", time.perf_counter() - t)
     json.dump(EVENTS, open(os.path.join(work, "events.json"), "w"))
     import ray
+
     from tierload.cache.runtime import stop_actors
     stop_actors(config); ray.shutdown()
 
@@ -125,6 +134,8 @@ if __name__ == "__main__":
     main()
 
 import traceback as _tb
+
+
 class _PandasTrap:
     def find_spec(self, name, path=None, target=None):
         if name == "pandas" and "pandas" not in sys.modules:

@@ -47,10 +47,6 @@ def _drop_stale_cache(package: Path | None = None) -> bool:
 
 _drop_stale_cache()
 
-from tierload.simulator.fast.belady import min_hits_fast  # noqa: E402 - after the stale cache is gone
-from tierload.simulator.fast.simulate import simulate_fast, supports  # noqa: E402
-
-__all__ = ["min_hits_fast", "simulate_fast", "supports", "warm_up"]
 
 
 def warm_up() -> None:
@@ -58,6 +54,8 @@ def warm_up() -> None:
     that timings and progress bars that follow measure replays only."""
     import numpy as np
 
+    from tierload.simulator.fast.belady import min_hits_fast
+    from tierload.simulator.fast.simulate import simulate_fast
     from tierload.simulator.run import StackSpec
     from tierload.simulator.trace import Trace
 

@@ -1,7 +1,7 @@
 """One tier's state for the compiled replay: residency, capacity and its policy's bookkeeping.
 
 A tier has one *slot* per copy: the hot tier one per node, the warm tier one. Per-block
-arrays are indexed ``slot * nblocks + block``. What :class:`tierload.tierindex.TierIndex`
+arrays are indexed ``slot * nblocks + block``. What :class:`tierload.policies.tierindex.TierIndex`
 does with no pins (the simulator has none): refuse blocks larger than the tier or read too
 rarely, ask the policy for victims, remove them, admit.
 """

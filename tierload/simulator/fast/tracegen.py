@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from tierload.data.order import samples_per_rank
 from tierload.errors import ConfigError
-from tierload.order import samples_per_rank
 from tierload.simulator.trace import DatasetShape, JobSpec, Trace, _counted_runs, _epoch_order
 
 

@@ -1,0 +1,144 @@
+"""The one registry of dataset layouts: name -> planner, decoder, and whether blocks read direct.
+
+The manifest (planning and decoding), config validation (``manifest.layout``) and the dataset
+(``layout=`` and the device path) all read :data:`LAYOUTS`; adding a layout is one entry here.
+Each layout's module imports torch, Pillow or pyarrow, so the entries import it only when
+called: reading this registry stays cheap (the config module imports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping
+
+from tierload.config.models import LAYOUT_NAMES
+from tierload.data.layouts.base import BlockDecoder, LayoutPlan
+from tierload.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tierload.config.models import ManifestConfig
+    from tierload.data.manifest import Manifest
+    from tierload.stores.cold.listing import ObjectListing
+    from tierload.stores.cold.source import ColdSource
+
+# (source, objects, manifest config) -> plan
+Planner = Callable[["ColdSource", "ObjectListing", "ManifestConfig"], LayoutPlan]
+# (manifest, label column, columns) -> decoder
+DecoderFactory = Callable[["Manifest", "str | None", "list[str] | None"], BlockDecoder]
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """One layout as the registry knows it.
+
+    Attributes:
+        name: The name written in configs (``manifest.layout``) and passed as ``layout=``.
+        plan: ``plan(source, objects, config) -> LayoutPlan``: blocks and samples from a listing
+            (columns; layouts of a few large objects walk it as ``ObjectInfo`` values).
+        decoder: ``decoder(manifest, label_column, columns) -> BlockDecoder``.
+        supports_direct_read: Its blocks decode from a device buffer, so the dataset may read
+            them straight into GPU memory (the kvikio path of :mod:`tierload.loader.gpu`).
+        suffix: ``auto`` picks this layout when every non-empty object ends with it (None:
+            never picked that way).
+        description: One line for help texts.
+    """
+
+    name: str
+    plan: Planner
+    decoder: DecoderFactory
+    supports_direct_read: bool
+    suffix: str | None
+    description: str
+
+
+def _plan_imagefolder(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.objects import plan_objects
+
+    return plan_objects(source.url, objects, extensions=tuple(e.lower() for e in config.extensions), skip_empty=True,
+                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes,
+                        pack_order=config.pack_order)
+
+
+def _plan_files(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.objects import plan_objects
+
+    return plan_objects(source.url, objects, extensions=None, skip_empty=False,
+                        pack_threshold_bytes=config.pack_threshold_bytes, pack_target_bytes=config.pack_target_bytes,
+                        pack_order=config.pack_order)
+
+
+def _plan_parquet(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.parquet import plan_parquet
+
+    return plan_parquet(source, list(objects), block_bytes=config.block_bytes)
+
+
+def _plan_webdataset(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.webdataset import plan_webdataset
+
+    return plan_webdataset(source, list(objects), block_bytes=config.block_bytes)
+
+
+def _plan_npy(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.npy import plan_npy
+
+    return plan_npy(source, list(objects), block_bytes=config.block_bytes)
+
+
+def _image_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.objects import ImageDecoder
+
+    return ImageDecoder(manifest.labels, manifest.pack_index)
+
+
+def _raw_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.objects import RawDecoder
+
+    return RawDecoder(manifest.labels, manifest.pack_index)
+
+
+def _parquet_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.parquet import ParquetDecoder
+
+    return ParquetDecoder(manifest.extra, [b.offset for b in manifest.blocks], label_column, columns)
+
+
+def _webdataset_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.webdataset import WebDatasetDecoder
+
+    return WebDatasetDecoder()
+
+
+def _npy_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.npy import NpyDecoder
+
+    return NpyDecoder(manifest.extra)
+
+
+LAYOUTS: Mapping[str, LayoutSpec] = {spec.name: spec for spec in (
+    LayoutSpec("imagefolder", _plan_imagefolder, _image_decoder, False, None,
+               "image files (manifest.extensions) in one folder per class"),
+    LayoutSpec("parquet", _plan_parquet, _parquet_decoder, False, ".parquet",
+               "Parquet files; a row group (or a byte range of one) is a block, a row a sample"),
+    LayoutSpec("files", _plan_files, _raw_decoder, True, None,
+               "any objects, one raw-bytes sample each"),
+    LayoutSpec("webdataset", _plan_webdataset, _webdataset_decoder, False, ".tar",
+               "WebDataset tar shards; members sharing a basename are one sample"),
+    LayoutSpec("npy", _plan_npy, _npy_decoder, True, ".npy",
+               ".npy arrays; a row of the first axis is a sample"),
+)}
+if tuple(LAYOUTS) != LAYOUT_NAMES:  # the names the configuration accepts, each with its entry here
+    raise ImportError(f"the layout registry {tuple(LAYOUTS)} and config's LAYOUT_NAMES {LAYOUT_NAMES} differ")
+
+
+def layout_spec(name: str) -> LayoutSpec:
+    """The registry entry of ``name``.
+
+    Raises:
+        ConfigError: Unknown name (the message lists the known ones): a layout comes from the
+            job's configuration or arguments, so it is a configuration error (CLI exit code 2).
+    """
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise ConfigError(f"unknown layout {name!r}; choose one of auto, {', '.join(LAYOUT_NAMES)}") from None

@@ -1,0 +1,139 @@
+"""The sample order of an epoch, and how it is split over ranks and DataLoader workers.
+
+Everything here is a pure function of (seed, epoch, sizes), so every process (each rank,
+each worker, the node cache planning prefetches) computes the same order on its own.
+
+Split rule (documented for users):
+
+1. The epoch order is a permutation of all samples (``shuffle="sample"``), or the block order
+   shuffled and then samples shuffled within windows of ``window_blocks`` consecutive blocks
+   (``shuffle="block"``, as MosaicML Streaming and WebDataset do), or the manifest order.
+2. Ranks get contiguous, equal slices. ``drop_last=False`` (default, like PyTorch's
+   DistributedSampler) pads the order by repeating its first samples so every rank gets
+   ``ceil(N / world_size)``; ``drop_last=True`` trims to ``floor(N / world_size)`` per rank.
+3. A rank's slice is cut into chunks of ``batch_size`` samples; DataLoader worker ``w`` of
+   ``W`` takes chunks ``w, w+W, w+2W, ...``. PyTorch's DataLoader takes one batch from each
+   worker in turn, so with the same batch size the loader yields exactly the rank's order,
+   only the last batch can be partial, and ``len(loader)`` is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SHUFFLE_MODES = ("none", "sample", "block")
+
+
+def _rng(seed: int, epoch: int) -> np.random.Generator:
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, 0x7E1])
+
+
+def epoch_order(sample_block: np.ndarray, *, seed: int, epoch: int, shuffle: str = "sample",
+                window_blocks: int = 8) -> np.ndarray:
+    """The global sample order of one epoch.
+
+    Args:
+        sample_block: int array (num_samples,): block index of each sample.
+        seed: Shuffle seed (same on every rank).
+        epoch: Epoch number.
+        shuffle: ``"sample"``, ``"block"`` or ``"none"``.
+        window_blocks: Blocks per shuffle window in ``"block"`` mode (>= 1).
+
+    Returns:
+        int64 array (num_samples,): a permutation of ``range(num_samples)``.
+
+    Raises:
+        ValueError: Unknown shuffle mode or ``window_blocks < 1``.
+    """
+    count = int(sample_block.shape[0])
+    if shuffle == "none":
+        return np.arange(count, dtype=np.int64)
+    if shuffle == "sample":
+        return _rng(seed, epoch).permutation(count).astype(np.int64, copy=False)  # no second copy of the order
+    if shuffle != "block":
+        raise ValueError(f"shuffle={shuffle!r}; choose one of {', '.join(SHUFFLE_MODES)}")
+    if window_blocks < 1:
+        raise ValueError(f"window_blocks={window_blocks}; it must be >= 1")
+    rng = _rng(seed, epoch)
+    # A manifest's samples are usually grouped by block already (one sample per object, packs
+    # of neighbours): then block b's samples are bounds[b]:bounds[b + 1] and need no argsort.
+    grouped = count < 2 or bool(np.all(sample_block[1:] >= sample_block[:-1]))
+    by_block = None if grouped else np.argsort(sample_block, kind="stable")
+    bounds = np.searchsorted(sample_block if grouped else sample_block[by_block],
+                             np.arange(int(sample_block.max(initial=-1)) + 2))
+    block_perm = rng.permutation(len(bounds) - 1)
+    # Windows are written into one preallocated array and shuffled in place (the same draws as
+    # rng.permutation of each window): a DataLoader worker computes this order every epoch, and
+    # a list of small pieces concatenated would leave its heap fragmented by the order's size.
+    order = np.empty(count, dtype=np.int64)
+    filled = 0
+    for start in range(0, len(block_perm), window_blocks):
+        window_start = filled
+        for block in block_perm[start:start + window_blocks].tolist():
+            lo, hi = int(bounds[block]), int(bounds[block + 1])
+            if by_block is None:
+                order[filled:filled + hi - lo] = np.arange(lo, hi, dtype=np.int64)
+            else:
+                order[filled:filled + hi - lo] = by_block[lo:hi]
+            filled += hi - lo
+        rng.shuffle(order[window_start:filled])
+    return order
+
+
+def samples_per_rank(num_samples: int, world_size: int, drop_last: bool) -> int:
+    """How many samples each rank yields per epoch."""
+    if drop_last:
+        return num_samples // world_size
+    return -(-num_samples // world_size)
+
+
+def rank_slice(order: np.ndarray, *, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+    """The contiguous part of the epoch order that belongs to ``rank``.
+
+    Raises:
+        ValueError: ``rank`` is not in ``[0, world_size)``.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank}, world_size={world_size}; need 0 <= rank < world_size")
+    per_rank = samples_per_rank(len(order), world_size, drop_last)
+    total = per_rank * world_size
+    if total > len(order) and len(order):
+        repeats = -(-total // len(order))
+        order = np.tile(order, repeats)[:total]
+    return order[rank * per_rank:(rank + 1) * per_rank]
+
+
+def worker_positions(count: int, *, worker_id: int, num_workers: int, chunk: int) -> np.ndarray:
+    """Positions in a rank's slice (of length ``count``) that DataLoader worker ``worker_id`` yields.
+
+    Raises:
+        ValueError: Bad worker id or chunk size.
+    """
+    if num_workers < 1 or not 0 <= worker_id < num_workers:
+        raise ValueError(f"worker_id={worker_id}, num_workers={num_workers}")
+    if chunk < 1:
+        raise ValueError(f"chunk={chunk}; it must be >= 1")
+    starts = np.arange(worker_id * chunk, count, num_workers * chunk, dtype=np.int64)
+    if not len(starts):
+        return np.zeros(0, dtype=np.int64)
+    positions = (starts[:, None] + np.arange(chunk, dtype=np.int64)[None, :]).ravel()
+    return positions[positions < count]
+
+
+def resolve_shuffle(shuffle: str, num_samples: int, num_blocks: int) -> str:
+    """``"auto"`` resolved: per sample when every block holds one sample, else block-aware."""
+    if shuffle != "auto":
+        return shuffle
+    return "sample" if num_samples == num_blocks else "block"
+
+
+def reuse_gap(sample_block: np.ndarray, window_blocks: int) -> int:
+    """How far apart (in positions) two reads of one block may be and still be one block access.
+
+    With one sample per block, only consecutive reads share an access; with several, a block's
+    samples are spread over its shuffle window of ``window_blocks`` blocks (see
+    :func:`tierload.node.stream.plan_runs`).
+    """
+    most = int(np.bincount(sample_block).max(initial=1)) if len(sample_block) else 1
+    return 1 if most <= 1 else int(window_blocks * most)
+

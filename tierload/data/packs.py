@@ -1,0 +1,364 @@
+"""Packs: many small objects stored, moved and counted as one tier block.
+
+Objects below ``manifest.pack_threshold_bytes`` are grouped at listing time into packs of about
+``manifest.pack_target_bytes``, in ``manifest.pack_order``: ``mixed`` (the default) cuts the
+listing in :func:`mixing_order`, so a pack holds objects from across the listing (many classes),
+``listing`` packs neighbours in listing order (see docs/packs.md). A pack's raw bytes are its
+members' bytes concatenated; its key derives from every member's URL, version and size, so a
+changed member gives a new key after a refresh and the old manifest's pack fails with
+:class:`tierload.errors.SourceChangedError` like a plain block. The cold read of any block,
+plain or pack, goes through :func:`read_cold`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from tierload.arrow_values import from_numpy, int64_array, large_strings, string_scalar
+from tierload.stores.keys import block_key
+
+if TYPE_CHECKING:
+    from tierload.config.models import ManifestConfig, TierloadConfig
+    from tierload.data.blocks import Block
+    from tierload.stores.cold.listing import ObjectInfo
+    from tierload.stores.cold.source import ColdSource
+
+log = logging.getLogger(__name__)
+
+# A pack is the hot tier's unit of admission: a tier that holds only a few packs can keep
+# neither the prefetch window nor what the next epoch reads again. So a pack is never larger
+# than this fraction of the hot tier's disk level, whatever manifest.pack_target_bytes says.
+PACKS_PER_HOT_TIER = 16
+
+
+def manifest_settings(config: TierloadConfig) -> ManifestConfig:
+    """The manifest settings a dataset is planned with: ``config.manifest``, with
+    ``pack_target_bytes`` lowered to ``hot.capacity_bytes // PACKS_PER_HOT_TIER`` when it is larger
+    and there is a hot tier
+    (the live dataset and ``tierload policy simulate`` both plan through this, so they see the
+    same blocks).
+
+    Returns:
+        ``config.manifest`` itself, or a copy with the lowered pack target (bytes).
+    """
+    manifest = config.manifest
+    cap = config.hot.capacity_bytes // PACKS_PER_HOT_TIER
+    if config.hot.capacity_bytes == 0 or manifest.pack_target_bytes <= cap:
+        return manifest  # no hot tier (every read bypasses it), or packs that already fit
+    log.info("packs of at most %d bytes (1/%d of the hot tier), not manifest.pack_target_bytes=%d",
+             cap, PACKS_PER_HOT_TIER, manifest.pack_target_bytes)
+    return manifest.model_copy(update={"pack_target_bytes": max(cap, 1)})
+
+
+@dataclass(frozen=True, eq=False)
+class PackMembers:
+    """The source objects of one pack, in pack order, as columns (no Python object per member).
+
+    Attributes:
+        urls: Arrow large_string array (members,): source URL of each member.
+        versions: Arrow large_string array (members,): source version (ETag or ``mtime-size``) of
+            each member at listing time.
+        sizes: int64 array (members,): size in bytes of each member (0 for an empty object).
+    """
+
+    urls: pa.Array
+    versions: pa.Array
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, urls: Sequence[str], versions: Sequence[str], sizes: Sequence[int]) -> "PackMembers":
+        """Members from Python sequences of equal length.
+
+        Raises:
+            ValueError: The sequences differ in length.
+        """
+        if not len(urls) == len(versions) == len(sizes):
+            raise ValueError(f"pack columns differ in length: urls={len(urls)}, versions={len(versions)}, "
+                             f"sizes={len(sizes)}")
+        return cls(large_strings(urls), large_strings(versions), np.asarray(sizes, dtype=np.int64))
+
+    def rows(self) -> list[tuple[str, str, int]]:
+        """``(url, version, size)`` of each member, as Python values (built on demand)."""
+        return list(zip(self.urls.to_pylist(), self.versions.to_pylist(), self.sizes.tolist(), strict=True))
+
+    def __reduce__(self):
+        # Compact copies: a slice of a memory-mapped manifest would otherwise pickle the whole column.
+        return PackMembers, (pa.concat_arrays([self.urls]), pa.concat_arrays([self.versions]),
+                             np.array(self.sizes, dtype=np.int64))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PackMembers):
+            return NotImplemented
+        return (self.urls.equals(other.urls) and self.versions.equals(other.versions)
+                and np.array_equal(self.sizes, other.sizes))
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def total_bytes(self) -> int:
+        """Size of the pack in bytes."""
+        return int(self.sizes.sum())
+
+    @property
+    def first_url(self) -> str:
+        """The first member's URL (a pack's block carries it, for logs and its key's slug)."""
+        return str(self.urls[0].as_py())
+
+    def digest(self) -> str:
+        """A version of the pack as a whole: changes when any member's URL, version or size does."""
+        return pack_digests(self.urls, self.versions, self.sizes, np.zeros(1, np.int64),
+                            np.array([len(self)], np.int64))[0]
+
+    def key(self) -> str:
+        """The pack's tier key (see :mod:`tierload.stores.keys`); its slug is the first member's name."""
+        return block_key(self.first_url, self.digest(), 0, self.total_bytes)
+
+
+class ListedMembers(PackMembers):
+    """A pack's members as rows of a listing shared by many packs (no copy of their strings).
+
+    A planner that packs objects out of listing order (``manifest.pack_order: mixed``) and a
+    mapped manifest hold one listing and, per pack, its member ids: the columns are gathered
+    when asked for (a pack's fetch, a pickle), so a million members cost 4 bytes each, not a
+    second copy of every URL and version.
+
+    Args:
+        listing: The shared columns (a :class:`PackMembers` of every listed object).
+        ids: int32 or int64 (members,): the members' rows in ``listing``, in pack order.
+    """
+
+    listing: PackMembers
+    ids: np.ndarray
+
+    def __init__(self, listing: PackMembers, ids: np.ndarray) -> None:  # noqa: D107 - see the class
+        object.__setattr__(self, "listing", listing)
+        object.__setattr__(self, "ids", ids)
+
+    @property
+    def urls(self) -> pa.Array:
+        return self.listing.urls.take(from_numpy(self.ids))
+
+    @property
+    def versions(self) -> pa.Array:
+        return self.listing.versions.take(from_numpy(self.ids))
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.listing.sizes[self.ids]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def first_url(self) -> str:
+        return str(self.listing.urls[int(self.ids[0])].as_py())
+
+
+# Members whose digest lines are built at once by pack_digests (bounds its transient memory).
+_DIGEST_WINDOW = 65536
+
+
+def pack_digests(urls: pa.Array, versions: pa.Array, sizes: np.ndarray, starts: np.ndarray,
+                 stops: np.ndarray, order: np.ndarray | None = None) -> list[str]:
+    """The :meth:`PackMembers.digest` of many packs of one listing, without a Python row per member.
+
+    Each digest hashes ``f"{url}\\x00{version}\\x00{size}\\n"`` of every member in order; the
+    lines are built by Arrow a window of members at a time and each pack hashes its slice.
+
+    Args:
+        urls, versions: Arrow string arrays (objects,) of the listing.
+        sizes: int64 (objects,): sizes in bytes.
+        starts, stops: int64 (packs,): each pack's member range, increasing and disjoint.
+        order: int64 (objects,): packs are ranges of ``order`` (rows of the listing) rather than of
+            the listing itself; gathered a window at a time.
+
+    Returns:
+        ``pack-<hex>`` per pack, in order.
+    """
+    digests: list[str] = []
+    begin = 0
+    while begin < len(starts):
+        lo = int(starts[begin])
+        end = max(begin + 1, int(np.searchsorted(stops, lo + _DIGEST_WINDOW, side="right")))
+        hi = int(stops[end - 1])
+        if order is None:
+            window_urls, window_versions = urls.slice(lo, hi - lo), versions.slice(lo, hi - lo)
+            window_sizes = sizes[lo:hi]
+        else:
+            rows = order[lo:hi]
+            window_urls, window_versions = urls.take(from_numpy(rows)), versions.take(from_numpy(rows))
+            window_sizes = sizes[rows]
+        lines = pc.binary_join_element_wise(
+            window_urls.cast(pa.large_string()), window_versions.cast(pa.large_string()),
+            int64_array(window_sizes).cast(pa.large_string()), string_scalar("\x00"))
+        lines = pc.binary_join_element_wise(lines, string_scalar(""), string_scalar("\n"))
+        offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset:lines.offset + len(lines) + 1]
+        data = memoryview(lines.buffers()[2])
+        for first, stop in zip((starts[begin:end] - lo).tolist(), (stops[begin:end] - lo).tolist(), strict=True):
+            digests.append(f"pack-{xxhash.xxh3_128_hexdigest(data[offsets[first]:offsets[stop]])}")
+        # Dropped before the next window's are built. (Giving the pool's pages back after each
+        # window would save ~15 MB of the build's peak at 1.28 M keys but cost ~17 ms of page
+        # faults per window, +0.35 s of CPU; the manifest build releases them once at its end.)
+        del lines, data, offsets, window_urls, window_versions
+        begin = end
+    return digests
+
+
+def cut_runs(sizes: np.ndarray, threshold_bytes: int, target_bytes: int) -> np.ndarray:
+    """Cut a listing into runs: each run is one block (one object, or a pack of small neighbours).
+
+    A pack takes consecutive objects smaller than ``threshold_bytes`` until adding the next
+    would pass ``target_bytes``; a larger object closes it and stays a block of its own. Each
+    pack's end is found by a binary search in the cumulative sizes (one step per pack, not
+    per object).
+
+    Args:
+        sizes: int64 (objects,): the kept objects' sizes in bytes, in listing order.
+        threshold_bytes: Objects of at least this size are never packed.
+        target_bytes: About how large a pack grows; 0 disables packing.
+
+    Returns:
+        int64 (runs + 1,): run ``r`` is objects ``bounds[r]:bounds[r + 1]``.
+    """
+    count = len(sizes)
+    if count == 0:
+        return np.zeros(1, np.int64)
+    packable = (sizes < threshold_bytes) if target_bytes > 0 else np.zeros(count, bool)
+    # Segments of consecutive packable objects: [seg_start, seg_stop)
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], packable, [False])).astype(np.int8)))
+    seg_starts, seg_stops = edges[0::2], edges[1::2]
+    bounds = [np.flatnonzero(~packable)]  # every unpackable object starts a run of its own
+    filled = np.zeros(count + 1, np.int64)
+    np.cumsum(sizes, out=filled[1:])
+    for seg_start, seg_stop in zip(seg_starts.tolist(), seg_stops.tolist(), strict=True):
+        cuts = []
+        start = seg_start
+        while start < seg_stop:
+            cuts.append(start)
+            # the longest run whose bytes stay within the target; at least one object
+            stop = int(np.searchsorted(filled, filled[start] + target_bytes, side="right")) - 1
+            start = min(seg_stop, max(stop, start + 1))
+        bounds.append(np.array(cuts, np.int64))
+    return np.concatenate([np.unique(np.concatenate(bounds)).astype(np.int64), [count]])
+
+
+# The mixing order is part of a manifest's identity through manifest.pack_order; this seed
+# never changes, so the same listing always gives the same packs.
+MIX_SEED = 0x9AC5
+
+
+def mixing_order(sizes: np.ndarray, threshold_bytes: int) -> np.ndarray:
+    """The order a listing is cut into packs in when ``manifest.pack_order`` is ``mixed``: the
+    packable objects (smaller than ``threshold_bytes``) in a fixed pseudo-random order, then the
+    others in listing order.
+
+    Why: a listing is sorted by name, so neighbours share a class folder. Packs of neighbours
+    would each hold one class, and block-aware shuffle, which mixes the samples of
+    ``window_blocks`` packs, would feed batches of a handful of classes (the demo's digits:
+    57% held-out accuracy after epoch 1 instead of 96%). Mixed packs hold many classes each, at
+    no cost in requests: a pack's members are separate objects, fetched concurrently either way.
+
+    Args:
+        sizes: int64 (objects,): object sizes in bytes, in listing order.
+        threshold_bytes: Objects of at least this size are never packed.
+
+    Returns:
+        int64 (objects,): a permutation of ``range(len(sizes))``.
+    """
+    small = np.flatnonzero(sizes < threshold_bytes)
+    large = np.flatnonzero(sizes >= threshold_bytes)
+    shuffled = small[np.random.default_rng(MIX_SEED).permutation(len(small))]
+    return np.concatenate([shuffled, large]).astype(np.int64)
+
+
+def group_objects(objects: Sequence[ObjectInfo], threshold_bytes: int, target_bytes: int) -> list[range]:
+    """:func:`cut_runs` of a listing given as objects.
+
+    Returns:
+        Index ranges into ``objects`` covering it in order, one per block.
+    """
+    sizes = np.fromiter((obj.size for obj in objects), np.int64, len(objects))
+    bounds = cut_runs(sizes, threshold_bytes, target_bytes).tolist()
+    return [range(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def cold_requests(block: Block) -> list[tuple[str, str, int, int]]:
+    """The ``(url, version, offset, length)`` ranges that make up ``block``: its byte range, or
+    each of a pack's members whole, in pack order."""
+    members = block.members
+    if members is None:
+        return [(block.url, block.version, block.offset, block.length)]
+    return [(url, version, 0, size) for url, version, size in members.rows()]
+
+
+def read_cold(source: ColdSource, block: Block, tally: dict | None = None) -> bytes:
+    """The raw bytes of ``block`` from the cold tier: one ranged read, or a pack's members concurrently.
+
+    Raises:
+        SourceChangedError: The object (or a pack member) changed since the manifest was built.
+        SourceNotFoundError, EndpointUnreachableError, BackendError, TransientBackendError.
+    """
+    parts = source.read_ranges(cold_requests(block), tally=tally)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def read_cold_async(source: ColdSource, block: Block, tally: dict | None = None) -> bytes:
+    """:func:`read_cold` awaitable from any event loop (the node cache's fetch loop).
+
+    Raises:
+        As :func:`read_cold`.
+    """
+    parts = await source.read_ranges_async(cold_requests(block), tally=tally)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+@dataclass(frozen=True)
+class PackIndex:
+    """Where each sample lies inside its block, for layouts with one sample per object.
+
+    A plain block holds one member; a pack holds several, in pack order. Samples and members
+    are the same sequence (the manifest's sample order, which follows the pack order), so block
+    ``b`` holds samples ``first[b]:first[b+1]``.
+
+    Attributes:
+        first: int64 (blocks + 1,): index of each block's first member; the last entry is the
+            number of members.
+        starts: int64 (members,): first byte of each member inside its block.
+        ends: int64 (members,): one past the last byte of each member inside its block.
+    """
+
+    first: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, blocks: Sequence[Block]) -> "PackIndex":
+        """The index of ``blocks`` (each a plain block of one object, or a pack)."""
+        counts = np.fromiter((1 if b.members is None else len(b.members) for b in blocks), np.int64, len(blocks))
+        first = np.zeros(len(blocks) + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
+        sizes = np.empty(int(first[-1]), dtype=np.int64)
+        for index, block in enumerate(blocks):
+            sizes[first[index]:first[index + 1]] = block.length if block.members is None else block.members.sizes
+        before = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=before[1:])
+        # offsets restart at 0 in every block: subtract the bytes of the blocks before it
+        starts = before[:-1] - np.repeat(before[first[:-1]], counts)
+        return cls(first, starts, starts + sizes)
+
+    def span(self, block_index: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(first member, starts, ends)`` of one block's members."""
+        lo, hi = int(self.first[block_index]), int(self.first[block_index + 1])
+        return lo, self.starts[lo:hi], self.ends[lo:hi]
+

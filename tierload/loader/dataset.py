@@ -1,0 +1,428 @@
+"""``TieredDataset``: a PyTorch ``IterableDataset`` fed through the tiers.
+
+Swap it into an existing ``DataLoader``::
+
+    ds = TieredDataset("s3://bucket/train", batch_size=64)
+    loader = DataLoader(ds, batch_size=64, num_workers=4, collate_fn=tierload.collate)
+    for epoch in range(epochs):
+        ds.set_epoch(epoch)
+        for images, labels in loader:
+            ...
+
+Within an epoch every sample is yielded exactly once across all ranks and workers (see
+:mod:`tierload.data.order` for the split rule, and ``drop_last`` for uneven sizes). Under
+``torch.distributed`` every rank yields the same number of samples, so no rank waits in a
+collective for a batch another rank never gets.
+
+Resuming mid-epoch: :meth:`TieredDataset.state_dict` / :meth:`TieredDataset.load_state_dict`
+(see :mod:`tierload.loader.state`); torchdata's ``StatefulDataLoader`` calls them for you.
+
+The epoch and a pending resume point live in a small shared-memory block, so DataLoader
+workers see ``set_epoch`` even with ``persistent_workers=True``, and a resume point is used by
+exactly one iteration (all of its workers), then never again.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from tierload.config.loading import load_config
+from tierload.config.models import TierloadConfig
+from tierload.config.tier_dirs import check_source_apart
+from tierload.data.layouts.base import BlockDecoder
+from tierload.data.manifest import Manifest, cache_path, load_manifest, open_manifest
+from tierload.data.order import (
+    epoch_order,
+    rank_slice,
+    resolve_shuffle,
+    reuse_gap,
+    samples_per_rank,
+)
+from tierload.data.packs import manifest_settings
+from tierload.data.tier_fit import warn_hot_fit_once
+from tierload.errors import ConfigError, ServiceError
+from tierload.loader.consumer import DirectSource, NodeLink
+from tierload.loader.dataset_args import check_arguments, config_overrides
+from tierload.loader.dataset_link import join_stream, register_dataset
+from tierload.loader.epoch_reader import EpochReader
+from tierload.loader.gpu import DeviceOutput
+from tierload.loader.resume import ResumeTracker
+from tierload.loader.stall import StallMeter, report_epoch, report_progress
+from tierload.loader.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
+from tierload.stores.cold.location import ColdLocation, canonical_url
+from tierload.stores.cold.source import ColdSource
+from tierload.wire.messages import Endpoint, StreamPlan
+
+log = logging.getLogger(__name__)
+
+
+class TieredDataset(IterableDataset):
+    """Samples of a dataset in the cold tier, served through the warm and hot tiers.
+
+    Args:
+        url: Dataset prefix, e.g. ``s3://bucket/train``: image folders, Parquet files, WebDataset
+            tar shards, ``.npy`` files, or raw files.
+        config: A :class:`TierloadConfig`, a mapping, a YAML path, or None (embedded defaults).
+        shuffle: True (sample-level shuffle, or block-aware for multi-sample blocks), False,
+            or one of ``"sample"``, ``"block"``, ``"none"``.
+        seed: Shuffle seed; must be the same on every rank.
+        transform: Callable applied to each sample (not the label), on the output device.
+        batch_size: The DataLoader's batch size. With ``num_workers > 1`` it lets workers take
+            whole batches in turn, so the loader yields the rank's exact order and
+            ``len(loader)`` is exact; without it each worker ends with its own partial batch.
+        drop_last: With several ranks and a sample count that does not divide: False pads by
+            repeating the first samples of the epoch's order (like ``DistributedSampler``),
+            True drops the remainder. Either way every rank yields the same number of samples.
+        rank, world_size: Override ``torch.distributed`` (default: its rank/world size, else 0/1).
+        layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, or None
+            (``manifest.layout``, ``auto`` by default).
+        columns: Parquet columns to read (None: all).
+        window_blocks: Blocks per shuffle window in block-aware shuffle.
+        refresh_manifest: List the cold prefix again even if a cached manifest exists, and
+            drop cached copies of blocks whose source changed.
+        endpoint_url: S3 endpoint (wins over config and environment).
+        storage_options: fsspec/s3fs options for the cold tier (merged into ``cold.storage_options``).
+        address: Ray address to join (wins over config and ``RAY_ADDRESS``).
+        device: Where tensors are returned, e.g. ``"cuda"`` (see :mod:`tierload.loader.gpu`: kvikio/GDS
+            when available, else pinned memory and an async copy). Applies when the dataset is
+            iterated in the main process; DataLoader workers return host tensors.
+        lazy: Do not start now; call :meth:`start` yourself before iterating. By default the
+            constructor starts (lists, connects to Ray, starts the node cache), because PyTorch
+            forks DataLoader workers without any hook in the parent process.
+
+    Yields:
+        ``(sample, label)``: images as uint8 tensors (C, H, W); Parquet rows as dicts of
+        tensors/values; WebDataset samples as dicts of decoded fields (``__key__`` included);
+        ``.npy`` rows as tensors; raw files as ``bytes``. ``label`` is an int (-1 when unknown).
+        :func:`tierload.collate` batches all of them.
+
+    Raises:
+        ConfigError: A bad argument or config value (named in the message).
+        BackendError: The cold tier cannot be listed (unreachable endpoint, missing bucket ...).
+        ManifestError: The prefix holds no usable samples.
+    """
+
+    def __init__(self, url: str, config: TierloadConfig | Mapping[str, Any] | str | None = None, *,
+                 shuffle: bool | str = True, seed: int = 0, transform: Callable | None = None,
+                 batch_size: int | None = None, drop_last: bool = False, rank: int | None = None,
+                 world_size: int | None = None, layout: str | None = None, columns: list[str] | None = None,
+                 window_blocks: int = 8, refresh_manifest: bool = False, endpoint_url: str | None = None,
+                 storage_options: Mapping[str, Any] | None = None, address: str | None = None,
+                 device: str | torch.device | None = None, lazy: bool = False) -> None:
+        super().__init__()
+        shuffle = check_arguments(url, shuffle, batch_size, layout, rank, world_size, window_blocks)
+        try:
+            self.seed = int(seed)
+        except (TypeError, ValueError):
+            raise ConfigError(f"seed={seed!r} is not an integer") from None
+        try:
+            self._output = DeviceOutput(torch.device(device) if device is not None else None)
+        except (RuntimeError, TypeError) as exc:
+            raise ConfigError(f"device={device!r} is not a torch device: {exc}") from None
+        self.config = load_config(config, overrides=config_overrides(endpoint_url, storage_options, address))
+        self.url = canonical_url(url)  # s3a://, doubled or trailing slashes: one dataset, one manifest
+        check_source_apart(self.url, {"hot.dir": self.config.hot.dir, "warm.url": self.config.warm.url,
+                                      "manifest.cache_dir": self.config.manifest.cache_dir})
+        self.shuffle = shuffle
+        self.transform = transform
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.layout = layout
+        self.columns = columns
+        self.window_blocks = window_blocks
+        self.refresh_manifest = refresh_manifest
+        # rank is set whenever world_size is (checked above)
+        self._explicit_rank = (rank, world_size) if world_size is not None and rank is not None else None
+        self._captured_rank = (0, 1)
+        self._resume = ResumeTracker()
+        # What this process's readers did: direct hot reads, misses, reconnects to a restarted
+        # node cache, blocks read without it, streams reopened.
+        self.consumer_stats: Counter = Counter()
+        # Marks the stream ids of this object's iterations (and its workers' copies), so that
+        # own_epoch_stats tells them from other ranks' and jobs' streams on a shared node cache.
+        self._stream_owner = secrets.token_hex(4)
+        # What the training loop waited for, measured in this process (see tierload.loader.stall).
+        self._stall = StallMeter(lambda epoch: report_epoch(self, epoch), lambda epoch: report_progress(self, epoch),
+                                 self.config.metrics.export_interval_s)
+        self._manifest: Manifest | None = None
+        self._manifest_path: Path | None = None
+        self._endpoint: Endpoint | None = None
+        self._link: NodeLink | None = None
+        self._decoder: BlockDecoder | None = None
+        # Resolved once, here: workers and actors get exactly these options, whatever their environment.
+        self._cold = ColdLocation.resolve(self.url, self.config.cold)
+        if not lazy:
+            self.start()
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> "TieredDataset":
+        """List (or load the cached manifest), start Ray and this node's cache. Idempotent.
+
+        Returns:
+            self.
+        """
+        if self._endpoint is not None:
+            return self
+        from tierload.deploy.keeper import keep_node_cache
+        from tierload.deploy.runtime import node_endpoint
+
+        source = ColdSource(self._cold, self.config.cold)
+        previous = self._cached_keys(source) if self.refresh_manifest else set()
+        settings = manifest_settings(self.config)
+        self._manifest = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
+        self._manifest_path = cache_path(source, settings, self.layout)
+        if self.shuffle == "sample" and self._manifest.num_packs:
+            log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
+                        "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
+                        "epoch (docs/packs.md)", self._manifest.num_packs)
+        warn_hot_fit_once(self.config, self._manifest.blocks, self.url)  # reads bypass a hot tier too small
+        self._endpoint = node_endpoint(self.config)
+        self._link = NodeLink(self._endpoint)
+        keep_node_cache(self.config, self._endpoint.hot_dirs[-1], self)  # re-created if removed for good
+        self._register()
+        stale = previous - {block.key for block in self._manifest.blocks}
+        if stale:
+            dropped = self._link.call("invalidate", sorted(stale))
+            log.info("manifest refresh: %d blocks changed at the source; dropped %d cached copies", len(stale),
+                     dropped)
+        self._captured_rank = self._rank_world()
+        return self
+
+    def _cached_keys(self, source: ColdSource) -> set[str]:
+        path = cache_path(source, manifest_settings(self.config), self.layout)
+        try:
+            return {block.key for block in open_manifest(path).blocks}
+        except (OSError, ValueError, KeyError):
+            return set()
+
+    def _register(self, link: NodeLink | None = None) -> None:
+        client = link or self._link
+        assert client is not None and self._manifest is not None, "start() sets both"
+        register_dataset(client, self._manifest, self._manifest_path, self._cold)
+
+    def __getstate__(self):
+        if self._endpoint is not None and get_worker_info() is None:
+            self._captured_rank = self._rank_world()  # pickled for spawn: resolve in the parent
+        state = self.__dict__.copy()
+        state["_decoder"] = None
+        state["_stall"] = StallMeter()  # workers do not see the loop; the meter's callbacks stay here
+        return state
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def manifest(self) -> Manifest:
+        """The dataset's manifest (starts the dataset if needed)."""
+        if self._manifest is None:
+            self.start()
+        assert self._manifest is not None, "start() sets the manifest"
+        return self._manifest
+
+    @property
+    def classes(self) -> list[str]:
+        return self.manifest.classes
+
+    @property
+    def device(self) -> torch.device | None:
+        """The requested output device (None: samples stay on the host)."""
+        return self._output.device
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration yields (shared with this dataset's DataLoader workers)."""
+        return self._resume.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next iteration yields (same on every rank)."""
+        if int(epoch) < 0:
+            raise ConfigError(f"epoch={epoch!r}; it must be >= 0")
+        self._resume.set_epoch(int(epoch))
+
+    def _rank_world(self) -> tuple[int, int]:
+        if self._explicit_rank is not None:
+            return self._explicit_rank
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return self._captured_rank
+
+    def _shuffle_mode(self) -> str:
+        return resolve_shuffle(self.shuffle, self.manifest.num_samples, len(self.manifest.blocks))
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (all workers together; the same on every rank).
+
+        A resumed epoch yields only the rest, but its length stays the whole epoch's (as
+        torchdata's ``StatefulDataLoader`` counts steps from the epoch's start).
+        """
+        rank, world = self._rank_world()
+        return samples_per_rank(self.manifest.num_samples, world, self.drop_last)
+
+    # ------------------------------------------------------------------ iteration
+    def rank_order(self, epoch: int | None = None) -> np.ndarray:
+        """int64 sample indices this rank yields in ``epoch`` (default: the current one), in order."""
+        rank, world = self._rank_world()
+        order = epoch_order(self.manifest.sample_block, seed=self.seed, epoch=self.epoch if epoch is None else epoch,
+                            shuffle=self._shuffle_mode(), window_blocks=self.window_blocks)
+        return rank_slice(order, rank=rank, world_size=world, drop_last=self.drop_last)
+
+    def _reuse_gap(self) -> int:
+        return reuse_gap(self.manifest.sample_block, self.window_blocks)
+
+    def __iter__(self) -> Iterator[tuple[Any, int]]:
+        if self._endpoint is None:
+            if get_worker_info() is not None:
+                raise ServiceError("TieredDataset(lazy=True) was not started before the DataLoader started its "
+                                   "workers; call dataset.start() first")
+            self.start()
+        return self._iterate()
+
+    def _plan(self, epoch: int, rest: np.ndarray, start: int, rank: int, world: int) -> StreamPlan:
+        """The block sequence the node cache prefetches for this rank's iteration (plus a look-ahead
+        into the next epoch, which only informs eviction)."""
+        manifest = self.manifest
+        upcoming = self.rank_order(epoch + 1)
+        # One int32 array filled in place: a concatenation and a cast would each copy the plan
+        # again (tens of MB at a million samples, at the start-up's peak).
+        seq = np.empty(len(rest) + len(upcoming), np.int32)
+        seq[:len(rest)] = manifest.sample_block[rest]
+        seq[len(rest):] = manifest.sample_block[upcoming]
+        del upcoming
+        return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest), seq=seq,
+                          reuse_gap=self._reuse_gap(), start=start,
+                          lineage=f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}")
+
+    def _open_stream(self, link: NodeLink, stream_id: str, worker: int, workers: int,
+                     plan: Callable[[], StreamPlan]) -> None:
+        """Join this iteration's stream on the node cache (see :func:`tierload.loader.dataset_link.join_stream`)."""
+        join_stream(link, stream_id, worker, workers, plan, self._register)
+
+    def _direct_source(self) -> DirectSource:
+        return DirectSource(self.config, self._cold, {block.key: block for block in self.manifest.blocks})
+
+    def _iterate(self) -> Iterator[tuple[Any, int]]:
+        # A generator, so the reader (which takes the pending resume point) is built at the
+        # first next(), in the process that iterates.
+        reader = EpochReader(self, get_worker_info())
+        if reader.info is not None or self._stall.watched:
+            yield from reader  # a worker cannot see the loop; tierload.watch() measures it
+        else:
+            yield from self._stall.timed(iter(reader), reader.epoch)
+
+    # ------------------------------------------------------------------ device
+    @property
+    def device_path(self) -> str:
+        """How samples reach ``device``: ``kvikio-gds``, ``kvikio-compat``, ``pinned-copy`` or ``cpu``.
+
+        Before the first iteration this is the path that iteration will take.
+        """
+        return self._output.path
+
+    # ------------------------------------------------------------------- state
+    def _state_base(self) -> dict[str, Any]:
+        rank, world = self._rank_world()
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "dataset_id": self.manifest.dataset_id,
+                "num_samples": len(self), "seed": self.seed, "shuffle": self._shuffle_mode(),
+                "window_blocks": self.window_blocks, "rank": rank, "world_size": world,
+                "drop_last": self.drop_last, "batch_size": self.batch_size}
+
+    def state_dict(self, batches_consumed: int | None = None) -> dict[str, Any]:
+        """Where this rank is in the current epoch: resume from it with :meth:`load_state_dict`.
+
+        Called in the main process after iterating the dataset there (``num_workers=0``), it
+        is exact. Called inside a DataLoader worker (torchdata's ``StatefulDataLoader`` does,
+        after every batch), it is that worker's state. With a plain ``DataLoader`` and
+        workers, the main process cannot see which prefetched batches the loop consumed: pass
+        ``batches_consumed`` (batches the loop took this epoch, counting from the resume point
+        if the epoch was resumed), or use ``StatefulDataLoader``.
+
+        Args:
+            batches_consumed: Batches of ``batch_size`` samples the training loop consumed.
+
+        Returns:
+            A plain dict (see :mod:`tierload.loader.state`); the epoch and seed are part of it.
+
+        Raises:
+            ConfigError: ``batches_consumed`` without ``batch_size``, or the position is unknowable
+                (a plain DataLoader's workers iterated this epoch and no ``batches_consumed`` was given).
+        """
+        return self._resume.state_dict(self._state_base(), get_worker_info(), self.batch_size, batches_consumed)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state``: the next iteration yields exactly the samples not yet consumed.
+
+        Accepts a state from :meth:`state_dict` or a whole torchdata
+        ``StatefulDataLoader.state_dict()`` (its worker states are merged, so the new loader
+        may have any ``num_workers``). Sets the epoch and seed from the state. Call it before
+        the DataLoader starts its workers; the point is used by one iteration only.
+
+        Raises:
+            ConfigError: The state does not belong to this dataset (different contents, rank,
+                world size, shuffle or drop_last), or is a single worker's state loaded outside
+                that worker.
+        """
+        if is_loader_state(state):
+            state = from_loader_state(state, self.batch_size)
+        rank, world = self._rank_world()
+        expected = {"dataset_id": self.manifest.dataset_id, "num_samples": len(self), "rank": rank,
+                    "world_size": world, "shuffle": self._shuffle_mode(), "window_blocks": self.window_blocks,
+                    "drop_last": self.drop_last}
+        check_state(state, expected)
+        self._resume.load_state_dict(state, get_worker_info(), self.batch_size)
+        self.seed = int(state["seed"])
+
+    # ------------------------------------------------------------------- stats
+    def stall_stats(self) -> dict[str, Any]:
+        """How long the training loop waited for data, per epoch, in this process.
+
+        Measured when this process iterates the dataset itself (``num_workers=0``), or through
+        :func:`tierload.watch` around a DataLoader with workers (see :mod:`tierload.loader.stall`).
+
+        Returns:
+            ``{"rank", "dataset_id", "epochs": [row, ...], "current": row | None, "total": row}``;
+            a row has ``epoch, samples, batches, seconds, stall_s, stall_fraction, samples_per_s``
+            (seconds are wall seconds; ``stall_fraction`` is ``stall_s / seconds``).
+        """
+        return {"rank": self._rank_world()[0], "dataset_id": self.manifest.dataset_id, **self._stall.stats()}
+
+    def _started_link(self) -> NodeLink:
+        """The link to this node's cache, starting the dataset if needed."""
+        self.start()
+        assert self._link is not None, "start() sets the link"
+        return self._link
+
+    def cache_stats(self) -> dict[str, Any]:
+        """The node cache's counters, levels and streams (see :meth:`NodeCache.stats`), plus
+        ``device_path``: how samples reach the output device (see :mod:`tierload.loader.gpu`)."""
+        stats = self._started_link().call("stats", wait_s=30.0)
+        stats["device_path"] = self.device_path
+        return stats
+
+    def epoch_stats(self, epoch: int) -> dict[str, float]:
+        """Summed counters of this node's streams of ``epoch`` for this dataset: the node's
+        totals, every rank and job on this node that reads it included (see :meth:`own_epoch_stats`)."""
+        return self._summed_epoch_stats(epoch, lambda stream_id: True)
+
+    def own_epoch_stats(self, epoch: int) -> dict[str, float]:
+        """Like :meth:`epoch_stats`, counting only the streams this dataset object's iterations
+        opened (in this process or its DataLoader workers): this rank's, this job's share of a
+        node cache that other ranks or jobs read the same dataset through."""
+        mark = f"/{self._stream_owner}."
+        return self._summed_epoch_stats(epoch, lambda stream_id: mark in stream_id)
+
+    def _summed_epoch_stats(self, epoch: int, counted: Callable[[str], bool]) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for row in self._started_link().call("stream_stats", self.manifest.dataset_id, wait_s=30.0):
+            if row["epoch"] != epoch or not counted(row["stream_id"]):
+                continue
+            for name, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in (
+                        "epoch", "cursor", "consume_len"):
+                    totals[name] = totals.get(name, 0) + value
+        return totals

@@ -1,0 +1,82 @@
+"""The datasets a node cache knows: their blocks in plan order, and where each block comes from."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tierload.data.blocks import Block
+from tierload.data.packs import read_cold, read_cold_async
+from tierload.stores.cold.source import ColdSource
+
+
+@dataclass
+class _Dataset:
+    blocks: list[Block]
+    source: ColdSource
+    sizes: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sizes = np.fromiter((block.length for block in self.blocks), dtype=np.int64, count=len(self.blocks))
+
+
+class BlockCatalog:
+    """Registered datasets, and every block by key (no lock; the node cache holds its own).
+
+    Attributes:
+        key_owners: ``{block key: [(dataset_id, block index), ...]}``, read live by the
+            clairvoyant policy's oracle.
+    """
+
+    def __init__(self) -> None:
+        self._datasets: dict[str, _Dataset] = {}
+        self._blocks: dict[str, Block] = {}
+        self.key_owners: dict[str, list[tuple[str, int]]] = defaultdict(list)
+
+    def __contains__(self, dataset_id: str) -> bool:
+        return dataset_id in self._datasets
+
+    def add(self, dataset_id: str, blocks: list[Block], source: ColdSource) -> None:
+        """Register a dataset (a second registration of the same id changes nothing)."""
+        if dataset_id in self._datasets:
+            return
+        self._datasets[dataset_id] = _Dataset(blocks, source)
+        for index, block in enumerate(blocks):
+            self._blocks[block.key] = block
+            self.key_owners[block.key].append((dataset_id, index))
+
+    def num_blocks(self, dataset_id: str) -> int:
+        """Blocks of a registered dataset."""
+        return len(self._datasets[dataset_id].blocks)
+
+    def block_sizes(self, dataset_id: str) -> np.ndarray:
+        """int64 bytes of each block of a registered dataset, by block index."""
+        return self._datasets[dataset_id].sizes
+
+    def block_at(self, dataset_id: str, index: int) -> Block:
+        """The block at ``index`` in a registered dataset's block list."""
+        return self._datasets[dataset_id].blocks[index]
+
+    def block(self, key: str) -> Block | None:
+        """The block with this key, or None if no registered dataset has it."""
+        return self._blocks.get(key)
+
+    def source_of(self, key: str) -> ColdSource:
+        """The cold source of the first dataset that registered ``key``."""
+        return self._datasets[self.key_owners[key][0][0]].source
+
+    def read_cold(self, key: str, tally: dict | None = None) -> bytes:
+        """The raw bytes of block ``key`` from its cold source (a pack's members concurrently).
+
+        Raises:
+            KeyError: No registered dataset has ``key``.
+            SourceChangedError: The object, or a pack member, changed since the manifest was built.
+            BackendError: The cold tier failed.
+        """
+        return read_cold(self.source_of(key), self._blocks[key], tally)
+
+    async def read_cold_async(self, key: str, tally: dict | None = None) -> bytes:
+        """:meth:`read_cold`, awaitable on the node cache's fetch loop."""
+        return await read_cold_async(self.source_of(key), self._blocks[key], tally)

@@ -1,0 +1,447 @@
+"""The node cache: one per node, owns that node's hot tier.
+
+It takes the planned block sequence of every rank on its node (a :class:`Stream` per rank
+and epoch), fetches ahead of the training loop, and admits fetched blocks into the hot
+tier's levels (RAM, then disk) by policy; a block the hot tier refuses is held in memory
+until its planned use and handed over the local channel, zstd-compressed. Consumers read hot
+blocks straight from the files, report progress in batched one-way calls, and ask for a
+block only when it is not there.
+
+This class is a facade over parts with one job each, sharing the one lock it owns:
+:mod:`~tierload.node.stream_table` (open streams, prefetch scheduling),
+:mod:`~tierload.node.fetcher` (single flight; peer, warm and cold reads; placement),
+:mod:`~tierload.node.accounting` (access counts, trace recording, stats) and
+:mod:`~tierload.node.hot_tier`; a :class:`~tierload.policies.counts.PinCounts` is the one owner of
+pins. The constructor does no I/O; :meth:`NodeCache.start` does. :mod:`tierload.deploy.runtime`
+makes it a Ray actor pinned to its node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any, Callable
+
+from tierload.config.loading import as_config
+from tierload.config.models import TierloadConfig
+from tierload.data.blocks import Block
+from tierload.frames.blockfile import HEADER_SIZE, FrameFormat, encode_frame, parse_header, recode
+from tierload.frames.checksum_key import adopt_key
+from tierload.metrics.exporter import PeriodicExporter
+from tierload.metrics.samples import LeadClock, Sample, node_samples
+from tierload.node.accounting import NodeAccounting
+from tierload.node.catalog import BlockCatalog
+from tierload.node.coordinator_sync import CoordinatorSync
+from tierload.node.fetcher import ACQUIRE_TIMEOUT_S, TALLY_WAIT_S, Fetcher
+from tierload.node.hot_tier import HotTier
+from tierload.node.oracle import PlanOracle
+from tierload.node.ownership import TierOwnership, owner_record, sharing_terms
+from tierload.node.stream import Stream
+from tierload.node.stream_table import StreamTable
+from tierload.policies.counts import PinCounts
+from tierload.stores.cold.source import ColdSource
+from tierload.stores.control_dir import control_dir
+from tierload.stores.tier_writes import open_warm_or_none
+from tierload.wire.channel import ChannelServer
+from tierload.wire.endpoint import channel_address, clear_stale_endpoint, publish_endpoint, withdraw_endpoint
+from tierload.wire.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
+
+log = logging.getLogger(__name__)
+
+# What consumers on this node may call over the local channel (nothing else is served there).
+CHANNEL_METHODS = frozenset({"ready", "endpoint", "has_dataset", "register_dataset", "open_stream", "progress",
+                             "close_consumer", "acquire", "invalidate", "record_trace", "sync_now", "stats",
+                             "stream_stats", "status"})
+# What tierload's own actors and the CLI may call through Ray: the channel's methods, serving peers,
+# and running the deployment.
+ACTOR_METHODS = CHANNEL_METHODS | {"read_block", "set_policy", "close"}
+
+
+class NodeCache:
+    """Owns one node's hot tier; prefetches, admits, evicts and counts.
+
+    Args:
+        config: The effective configuration (dict or :class:`TierloadConfig`).
+        node_id: This node's id (Ray node id, or any name outside Ray).
+        coordinator_call: ``call(method, *args)`` reaching the coordinator, or None to run
+            alone (no warm tier, no peers).
+        peer_call: ``peer_call(node_id, method, *args, timeout_s=...)`` reaching another node's
+            cache, or None (no peer transfer).
+        ray_address: The Ray cluster this cache runs in, published to other jobs with its
+            ownership of the hot directory (:mod:`tierload.node.ownership`).
+        peer_max_bytes: Blocks larger than this (bytes) are never read from a peer (a peer's
+            answer passes whole through Ray's object store); None: no limit.
+    """
+
+    def __init__(self, config: dict | TierloadConfig, node_id: str = "local",
+                 coordinator_call: Callable | None = None, peer_call: Callable | None = None,
+                 ray_address: str | None = None, peer_max_bytes: int | None = None) -> None:
+        self.config = as_config(config)
+        self.node_id = node_id
+        self._ray_address = ray_address
+        self._ownership: TierOwnership | None = None
+        self._cond = threading.Condition(threading.RLock())  # the one lock; every part is handed it
+        self._coordinator_call = coordinator_call
+        self._has_warm = bool(self.config.warm.url and coordinator_call)
+        self._pins = PinCounts()
+        self._catalog = BlockCatalog()
+        self._accounting = NodeAccounting(self.config.policy.decay, self._cond, lambda: self._streams.epochs())
+        self._sync = None
+        if coordinator_call is not None:
+            self._sync = CoordinatorSync(node_id, coordinator_call, self._collect_for_sync, self._accounting.now,
+                                         None, self.config.wire.zstd_level if self.config.warm.compress else None,
+                                         write_retry_s=self.config.warm.write_retry_s)
+        plans: defaultdict[str, list[Stream]] = defaultdict(list)
+        sync = self._sync
+        self._hot = HotTier(self.config, self.hot_dir, self._accounting.accesses, self._pins,
+                            PlanOracle(self._catalog.key_owners, plans, self._catalog.block_sizes,
+                                       self.config.hot.capacity_bytes), self._cond, self._accounting.now,
+                            offer_warm=sync.offer_warm if sync is not None and self._has_warm else None,
+                            in_warm=lambda key: sync is not None and key in sync.known_warm,
+                            warm_room_for=sync.room_for if sync is not None else lambda size: True)
+        self._fetcher = Fetcher(self.config, node_id, self._cond, self._catalog, self._hot, self._pins,
+                                self._accounting, self._sync, peer_call, peer_max_bytes)
+        self._streams = StreamTable(self.config.prefetch, self._cond, self._catalog, self._hot, self._fetcher,
+                                    self._pins, self._accounting, plans)
+        self._address = channel_address(node_id, self.hot_dir)
+        self._authkey = secrets.token_bytes(32)
+        self._server: ChannelServer | None = None
+        self._lead_clock = LeadClock()
+        self._exporter: PeriodicExporter | None = None
+        self._secret: bytes | None = None  # the deployment's checksum key (tierload.frames.checksum_key)
+
+    def start(self) -> NodeCache:
+        """Own the hot directory, adopt the hot tier on disk, open the warm tier, publish the
+        endpoint, serve, prefetch.
+
+        Returns:
+            This cache, started.
+
+        Raises:
+            TierInUseError: Another live node cache owns the hot directory.
+            BackendError: A hot or warm tier directory cannot be created.
+        """
+        control_dir(self.hot_dir, create=True)  # beside a read-only hot directory: its lock, endpoint, key
+        self._address = channel_address(self.node_id, self.hot_dir)
+        ownership = TierOwnership(self.hot_dir, owner_record(self.config, self.hot_dir, self.node_id,
+                                                             self._ray_address))
+        ownership.acquire()
+        self._ownership = ownership
+        try:
+            self._start_owned()
+        except BaseException:
+            self._release_ownership()
+            raise
+        return self
+
+    def _start_owned(self) -> None:
+        self._hot.start()
+        warm = open_warm_or_none(self.config.warm.url, shared=self.config.warm.shared) if self._has_warm else None
+        self._fetcher.start(warm)
+        call = self._coordinator_call
+        self._secret = adopt_key(warm.url if warm is not None else None, self._hot.dirs[-1],
+                                 agree=(lambda offered: call("checksum_key", offered)) if call is not None else None)
+        for part in (self._hot, self._fetcher, self._sync):
+            if part is not None:
+                part.secret = self._secret
+        clear_stale_endpoint(self._hot.dirs[-1])  # a crashed cache's endpoint file and socket
+        publish_endpoint(self._hot.dirs[-1], self.endpoint())
+        self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {self.node_id}",
+                                     methods=CHANNEL_METHODS)
+        self._streams.start()
+        if self._sync is not None:
+            self._sync.start(warm)
+        if self.config.metrics.enabled:
+            self._exporter = PeriodicExporter(self.metric_samples, f"node:{self.node_id}",
+                                              self.config.metrics.export_interval_s).start()
+
+    def _release_ownership(self) -> None:
+        if self._ownership is not None:
+            self._ownership.release()
+            self._ownership = None
+
+    # ----------------------------------------------------------------- set-up
+    @property
+    def hot_dir(self) -> str:
+        """This node's hot directory (``{node}`` in ``hot.dir`` replaced by the node id)."""
+        return self.config.hot.dir.replace("{node}", self.node_id[:16])
+
+    # ------------------------------------------------------------ Ray / channel API
+    def ready(self) -> bool:
+        """Cheap liveness probe."""
+        return True
+
+    def endpoint(self) -> Endpoint:
+        """Where consumers on this node find the cache: channel address, key and hot directories."""
+        return Endpoint(self._address, self._authkey, self.node_id, tuple(str(d) for d in self._hot.dirs),
+                        os.getpid())
+
+    def has_dataset(self, dataset_id: str) -> bool:
+        with self._cond:
+            return dataset_id in self._catalog
+
+    def register_dataset(self, registration: DatasetRegistration) -> bool:
+        """Tell the cache the blocks of a dataset (once per dataset; idempotent).
+
+        Returns:
+            False if the registration names a manifest file this cache cannot map, or one of
+            another dataset (send the blocks instead); True once the dataset is known.
+
+        Raises:
+            MessageError: ``registration`` is not a :class:`DatasetRegistration` of this release.
+        """
+        registration = DatasetRegistration.received(registration)
+        if registration.manifest_path is not None:
+            blocks = _mapped_blocks(registration.manifest_path, registration.dataset_id)
+            if blocks is None:
+                return False
+        else:
+            blocks = BlockTable.received(registration.blocks).blocks()
+        source = ColdSource(registration.cold, self.config.cold)
+        source.prepare()  # the client made now: the epoch's first fetch sends its GET at once
+        with self._cond:
+            self._catalog.add(registration.dataset_id, blocks, source)
+        return True
+
+    def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
+                    plan: StreamPlan | None = None) -> bool:
+        """Join (or create, when ``plan`` is given) the stream of a rank's epoch.
+
+        Args:
+            stream_id: Unique per (dataset, epoch, rank, iteration).
+            consumer: DataLoader worker id within the rank.
+            num_consumers: DataLoader workers of the rank.
+            plan: The stream's :class:`StreamPlan`; needed only to create it.
+
+        Returns:
+            False if the stream does not exist and no plan was given (call again with it).
+
+        Raises:
+            ServiceError: The plan names a dataset that was never registered.
+            MessageError: ``plan`` is not a :class:`StreamPlan` of this release.
+        """
+        if plan is not None:
+            plan = StreamPlan.received(plan)
+        if plan is not None and self._sync is not None:
+            try:
+                self._sync.flush()  # an up-to-date holder map before the epoch's first fetches
+            except Exception:  # noqa: BLE001 - the periodic sync retries; prefetching may start
+                log.warning("sync with the coordinator before opening %s failed", stream_id, exc_info=True)
+        with self._cond:
+            return self._streams.open(stream_id, num_consumers, plan)
+
+    def progress(self, stream_id: str, consumer: int, position: int) -> None:
+        """``consumer`` has consumed every position before ``position`` (one-way call)."""
+        with self._cond:
+            self._streams.progress(stream_id, consumer, position)
+
+    def close_consumer(self, stream_id: str, consumer: int) -> None:
+        """``consumer`` is done with the stream (end of epoch, or the iterator was closed)."""
+        with self._cond:
+            self._streams.close_consumer(stream_id, consumer)
+
+    def acquire(self, stream_id: str, consumer: int, position: int,
+                corrupt_key: str | None = None) -> tuple[str, Any]:
+        """Make the block at ``position`` available and say where it is.
+
+        Args:
+            stream_id, consumer: As given to :meth:`open_stream`.
+            position: The position the consumer needs now (everything before is consumed).
+            corrupt_key: A hot block the consumer found corrupt: it is dropped and refetched.
+
+        Returns:
+            ``("hot", level_index)`` when the block is in the hot tier (read the file), or
+            ``("wire", frame)`` with the block's frame when the hot tier did not admit it.
+
+        Raises:
+            TierloadError: The fetch failed (e.g. SourceChangedError, EndpointUnreachableError).
+            ServiceError: Unknown stream, or no answer within the timeout.
+        """
+        deadline = time.monotonic() + ACQUIRE_TIMEOUT_S
+        with self._cond:
+            stream = self._streams.require(stream_id)
+            if corrupt_key is not None:
+                self._drop_corrupt(corrupt_key, stream)
+            key = self._streams.schedule_through(stream, consumer, position)
+            # Pin while waiting: a run that skip_to passed was never pinned, and an unpinned block the
+            # hot tier refuses is not staged, so without this pin it would be fetched again forever.
+            self._pins.pin(key)
+            try:
+                with self._streams.waiting(stream_id):
+                    found = self._fetcher.wait_for(key, stream, deadline)
+            finally:
+                self._fetcher.release(key)
+            if isinstance(found, int):
+                return ("hot", found)
+            raw = found
+        # The staged bytes are the ones fetched and checked; the frame carries their checksum anew.
+        frame = encode_frame(key, raw, fmt=FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio),
+                             secret=self._secret)
+        with self._cond:
+            self._accounting.tally(stream, {"wire_raw_bytes": len(raw), "wire_sent_bytes": len(frame) - HEADER_SIZE})
+        return ("wire", frame)
+
+    def invalidate(self, keys: list[str]) -> int:
+        """Drop these blocks from the hot tier and the warm tier (e.g. their source changed).
+
+        Returns:
+            How many copies were dropped (hot and warm together).
+        """
+        dropped = 0
+        with self._cond:
+            for key in keys:
+                dropped += self._hot.drop(key)
+                self._fetcher.discard(key)
+        if self._coordinator_call is not None and self._sync is not None and keys:
+            dropped += self._coordinator_call("invalidate", list(keys))
+            self._sync.known_warm.difference_update(keys)
+        return dropped
+
+    def read_block(self, key: str) -> bytes | None:
+        """Serve a hot block to a peer node: its frame, or None if not held here.
+
+        The frame is sent as stored in the hot tier's file, its checksum carried; a raw one is
+        zstd-compressed first when that pays (``wire.min_ratio``).
+        """
+        stored = self._hot.read_frame(key)
+        if stored is None:
+            return None
+        frame = recode(key, stored, FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio),
+                       secret=self._secret)
+        header = parse_header(key, frame)
+        with self._cond:
+            self._accounting.tally(None, {"peer_served": 1, "wire_raw_bytes": header.raw_size,
+                                          "wire_sent_bytes": header.stored_size})
+        return frame
+
+    def set_policy(self, policy: dict) -> dict:
+        """Switch the hot tier's policy while running; it decides from the next admission on.
+
+        Args:
+            policy: A ``policy:`` section (validated again here).
+
+        Returns:
+            The policy now in force (defaults filled in).
+
+        Raises:
+            ConfigError: The policy is invalid; the old one stays in force.
+        """
+        new = as_config({**self.config.to_dict(), "policy": policy}).policy
+        with self._cond:
+            self.config = self.config.model_copy(update={"policy": new})
+            self._accounting.set_decay(new.decay)
+            self._hot.replace_policy(new.hot)
+            if self._ownership is not None:  # jobs that join from now on must bring the new policy
+                self._ownership.publish(replace(self._ownership.record, terms=sharing_terms(self.config, self.hot_dir)))
+        log.info("hot-tier policy is now %s", new.hot.eviction)
+        return new.model_dump(mode="json")
+
+    def record_trace(self, enabled: bool) -> list[tuple[str, int, int]]:
+        """Start (or stop) recording every counted block access: ``(key, stored_bytes, epoch)`` in
+        the order the tiers saw them, for ``tierload policy simulate --trace``.
+
+        Returns:
+            The accesses recorded since recording started (empty when starting).
+        """
+        with self._cond:
+            return self._accounting.record_trace(enabled)
+
+    def sync_now(self) -> None:
+        """Exchange state with the coordinator now (e.g. before a new epoch's first fetches)."""
+        if self._sync is not None:
+            self._sync.flush()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, per-level usage, open streams and the last closed streams."""
+        with self._cond:
+            fetches = self._fetcher.stats()
+            result = {
+                "node_id": self.node_id,
+                "counters": dict(self._accounting.stats),
+                "levels": self._hot.stats(),
+                "inflight": fetches["inflight"],
+                "threads": threading.active_count(),
+                "pid": os.getpid(),
+                "staged_bytes": fetches["staged_bytes"],
+                "streams": self._streams.rows(),
+                "finished_streams": self._accounting.finished_rows(),
+            }
+        if self._sync is not None:
+            result["sync"] = dict(self._sync.stats)
+        return result
+
+    def status(self) -> dict[str, Any]:
+        """What ``tierload status`` shows of this node: ``{"node": stats(), "coordinator": the
+        coordinator's stats (the warm tier), or None when there is none or it does not answer}``."""
+        coordinator = None
+        if self._coordinator_call is not None:
+            try:
+                coordinator = self._coordinator_call("stats")
+            except Exception:  # noqa: BLE001 - the node's own figures are still worth showing
+                log.debug("the coordinator did not answer a stats call", exc_info=True)
+        return {"node": self.stats(), "coordinator": coordinator}
+
+    def metric_samples(self) -> list[Sample]:
+        """This node's metrics (:mod:`tierload.metrics.catalog`) from its counters, as the exporter
+        pushes them every ``metrics.export_interval_s``; drains the fetch latencies recorded since
+        the last call, so only the exporter should call it (read :meth:`stats` instead)."""
+        stats = self.stats()
+        with self._cond:
+            positions = self._streams.positions()
+            latencies = self._accounting.take_latencies()
+        return node_samples(stats, self._lead_clock.leads(positions), latencies)
+
+    def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
+        """Stats of open and recently closed streams, optionally of one dataset; a finished
+        stream's counters include the tallies of its last fetches (waited for up to
+        :data:`~tierload.node.fetcher.TALLY_WAIT_S`)."""
+        with self._cond:
+            self._fetcher.wait_for_finished_tallies(TALLY_WAIT_S)
+            rows = self._streams.rows() + self._accounting.finished_rows()
+        return [row for row in rows if dataset_id is None or row["dataset_id"] == dataset_id]
+
+    def close(self) -> None:
+        """Stop serving (files in the hot tier stay for the next start) and withdraw the
+        published endpoint, so that a keeper does not start a cache that was stopped on purpose."""
+        with self._cond:
+            self._streams.close()
+        if self._server is not None:
+            self._server.close()
+            withdraw_endpoint(self._hot.dirs[-1], self.endpoint())
+        self._fetcher.close()
+        if self._sync is not None:
+            self._sync.close()
+        if self._exporter is not None:
+            self._exporter.stop()
+        self._release_ownership()  # last: a successor must not start while this one still writes
+
+    # ------------------------------------------------------------- internals
+    def _collect_for_sync(self, full: bool) -> tuple[dict, list[str], list[str], list[str] | None]:
+        """Counts and residency changes since the last sync (and all resident keys if ``full``)."""
+        with self._cond:
+            counts = self._accounting.take_pending_counts()
+            added, removed = self._hot.take_dirty()
+            everything = self._hot.resident_keys() if full else None
+        return counts, added, removed, everything
+
+    def _drop_corrupt(self, key: str, stream: Stream) -> None:
+        if self._hot.drop(key):
+            log.warning("hot block %s failed its checksum on read; dropped, refetching", key)
+            self._accounting.tally(stream, {"integrity_failures": 1})
+
+
+def _mapped_blocks(path: str, dataset_id: str) -> list[Block] | None:
+    """The blocks of the manifest file at ``path`` if it holds ``dataset_id``, else None."""
+    from tierload.data.manifest import open_manifest
+
+    try:
+        manifest = open_manifest(path)
+    except (OSError, ValueError, KeyError) as exc:  # ManifestError is a ValueError
+        log.info("manifest %s cannot be mapped here (%s); the blocks will be sent", path, exc)
+        return None
+    return manifest.blocks if manifest.dataset_id == dataset_id else None

@@ -1,0 +1,77 @@
+"""The cold tier's SDK errors translated, in one place, into :mod:`tierload.errors` types.
+
+s3fs, botocore, aiohttp and the OS each raise their own exceptions; every cold-tier read,
+listing and HEAD passes what it caught through :func:`translate_error` (with ``raise ... from
+exc``), and the retry layer (:mod:`tierload.stores.cold.retry`) classifies the result with
+:func:`error_code` and the names along :func:`exception_chain`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tierload.errors import (
+    BackendError,
+    BucketNotFoundError,
+    CredentialsExpiredError,
+    EndpointUnreachableError,
+    SourceChangedError,
+    SourceNotFoundError,
+    TierloadError,
+    TransientBackendError,
+)
+
+_TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
+                    "ServiceUnavailable", "503", "500", "502", "504"}
+
+
+def error_code(exc: BaseException) -> str:
+    """The S3 error code of ``exc`` or of its first cause that has one (empty when none)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        response = getattr(cause, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code", ""))
+        cause = cause.__cause__ or cause.__context__
+    return ""
+
+
+def translate_error(exc: BaseException, url: str) -> TierloadError:
+    """Map an s3fs/botocore/aiohttp/OS error to the matching tierload error type."""
+    if isinstance(exc, TierloadError):
+        return exc
+    code = error_code(exc)
+    text = str(exc)
+    names = {type(c).__name__ for c in exception_chain(exc)}
+    if names & {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
+                "ConnectionRefusedError", "ServerDisconnectedError", "gaierror"} and not code:
+        return EndpointUnreachableError(f"cannot reach the cold tier's endpoint: {text}", tier="cold", url=url)
+    if code == "NoSuchBucket" or "bucket does not exist" in text.lower():
+        return BucketNotFoundError("the bucket does not exist; check the URL and the endpoint", tier="cold",
+                                   url=url)
+    if code == "InvalidRange":  # 416: the range starts at or past the object's end
+        return SourceChangedError("the byte range starts past the end of the object: it is shorter than the "
+                                  "manifest says; refresh the manifest", tier="cold", url=url)
+    if code == "PreconditionFailed":
+        return SourceChangedError("the object changed since the manifest was built (ETag differs); "
+                                  "refresh the manifest", tier="cold", url=url)
+    if isinstance(exc, FileNotFoundError) or code in ("NoSuchKey", "404"):
+        return SourceNotFoundError("no such object or prefix", tier="cold", url=url)
+    if code in _TRANSIENT_CODES or names & {"ClientPayloadError", "IncompleteRead", "ReadTimeoutError",
+                                            "TimeoutError", "ConnectionResetError", "FSTimeoutError"}:
+        return TransientBackendError(f"transient cold-tier failure: {text}", tier="cold", url=url)
+    if code in ("ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired"):
+        return CredentialsExpiredError(f"the cold tier says the credentials expired ({code})", tier="cold", url=url)
+    if isinstance(exc, PermissionError) or code in ("AccessDenied", "InvalidAccessKeyId"):
+        return BackendError(f"access denied by the cold tier ({code or 'permission'}): {text}", tier="cold",
+                            url=url)
+    return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
+
+
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then its causes and contexts in turn (each once)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__

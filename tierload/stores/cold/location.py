@@ -1,0 +1,152 @@
+"""Where a dataset lives in the cold tier and how to reach it, resolved once.
+
+:func:`canonical_url` gives one spelling per prefix, :func:`s3_storage_options` resolves the
+s3fs options from the config and the environment, and :class:`ColdLocation` holds both (with
+the AWS credential chain's settings) so that every process that reads the cold tier reads it
+exactly as the process that read the configuration would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+from tierload.config.models import ColdConfig
+from tierload.errors import ConfigError
+from tierload.stores.cold import aws_chain
+
+_DUPLICATE_SLASHES = re.compile(r"/{2,}")
+
+
+def canonical_url(url: str) -> str:
+    """One spelling per prefix or object, so one object is one manifest and one cache entry.
+
+    ``s3a://`` (Hadoop's name for the same S3 objects) becomes ``s3://``; in the path of an
+    ``s3``, ``file`` or scheme-less URL, runs of ``/`` become one and a trailing ``/`` goes:
+    ``s3://b/p``, ``s3://b/p/``, ``s3://b//p`` and ``s3a://b/p`` are all ``s3://b/p``. S3 itself
+    would treat ``b//p`` as the key prefix ``/p``; a doubled slash in a prefix is a joining
+    mistake far more often than a key that starts with ``/``, so it is read as the user meant.
+    Keys found by the listing are never rewritten. Other URLs (``http``, ``gs`` ...) only lose
+    a trailing ``/``.
+
+    Args:
+        url: A prefix or object URL as the user gave it.
+
+    Returns:
+        The canonical URL.
+    """
+    scheme, separator, path = url.partition("://")
+    if not separator:
+        scheme, path = "", url
+    if scheme not in ("", "s3", "s3a", "file", "local"):
+        return url.rstrip("/")
+    if scheme == "s3a":
+        scheme = "s3"
+    path = _DUPLICATE_SLASHES.sub("/", path)
+    path = path.rstrip("/") if path.strip("/") else path[:1]
+    if scheme == "s3":
+        path = path.lstrip("/")
+    return f"{scheme}://{path}" if scheme else path
+
+
+def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[str, Any]:
+    """Resolve the s3fs options once, in the process that reads the config.
+
+    Endpoint precedence: ``cold.endpoint_url`` > ``storage_options.client_kwargs.endpoint_url``
+    > ``AWS_ENDPOINT_URL_S3`` > ``AWS_ENDPOINT_URL``. Region: ``cold.region`` >
+    ``client_kwargs.region_name`` > ``AWS_REGION`` > ``AWS_DEFAULT_REGION``. The resolved values
+    are shipped to every process (DataLoader workers, actors on other nodes), so no process
+    falls back to AWS because its environment differs.
+    """
+    env = os.environ if environ is None else environ
+    options = dict(config.storage_options)
+    client_kwargs = dict(options.pop("client_kwargs", {}) or {})
+    endpoint = (config.endpoint_url or client_kwargs.get("endpoint_url") or env.get("AWS_ENDPOINT_URL_S3")
+                or env.get("AWS_ENDPOINT_URL"))
+    region = (config.region or client_kwargs.get("region_name") or env.get("AWS_REGION")
+              or env.get("AWS_DEFAULT_REGION"))
+    if endpoint:
+        client_kwargs["endpoint_url"] = endpoint
+    if region:
+        client_kwargs["region_name"] = region
+    config_kwargs = dict(options.pop("config_kwargs", {}) or {})
+    config_kwargs.setdefault("connect_timeout", config.connect_timeout_s)
+    config_kwargs.setdefault("read_timeout", config.read_timeout_s)
+    # One retry layer (tierload.stores.cold.retry): botocore's own would multiply the requests.
+    config_kwargs["retries"] = {"total_max_attempts": 1, "mode": "standard"}
+    # botocore's pool (10 connections by default) would otherwise queue the requests in flight.
+    config_kwargs.setdefault("max_pool_connections", config.max_in_flight)
+    options.update(client_kwargs=client_kwargs, config_kwargs=config_kwargs)
+    if config.anon:
+        options["anon"] = True
+    return options
+
+
+@dataclass(frozen=True)
+class ColdLocation:
+    """Where a dataset lives in the cold tier and how to reach it, resolved once.
+
+    Resolved in the process that reads the configuration and shipped as is to every process
+    that reads the cold tier (DataLoader workers, actors on other nodes), so no process falls
+    back to other settings because its environment differs. Its options may hold credentials:
+    they never appear in its ``repr`` (so neither in logs, errors nor status).
+
+    Attributes:
+        url: Prefix URL of the dataset, e.g. ``s3://bucket/digits`` (:func:`canonical_url` when
+            resolved).
+        storage_options: Resolved fsspec/s3fs options.
+        credential_chain: The AWS credential chain's settings captured with them
+            (:func:`tierload.stores.cold.aws_chain.capture`; empty off S3 or anonymous).
+    """
+
+    url: str
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
+    credential_chain: tuple[tuple[str, str], ...] = field(default=(), repr=False, hash=False)
+
+    @classmethod
+    def resolve(cls, url: str, config: ColdConfig, environ: dict | None = None) -> "ColdLocation":
+        """The location of ``url`` with options from ``config`` (for S3: see :func:`s3_storage_options`).
+
+        For S3 the credential chain's settings in ``environ`` (default ``os.environ``) are
+        captured too (:func:`tierload.stores.cold.aws_chain.capture`), so every process that reads
+        finds the credentials this one would.
+        """
+        url = canonical_url(url)
+        if fsspec.utils.get_protocol(url) in ("s3", "s3a"):
+            options = s3_storage_options(config, environ)
+            chain = () if options.get("anon") else aws_chain.capture(options, environ)
+            return cls(url, options, chain)
+        return cls(url, dict(config.storage_options))
+
+    @property
+    def protocol(self) -> str:
+        """The URL's fsspec protocol, e.g. ``s3`` or ``file``."""
+        return fsspec.utils.get_protocol(self.url)
+
+    @property
+    def endpoint_url(self) -> str:
+        """The S3 endpoint the options name (empty when none); part of the manifest's identity."""
+        return str((self.storage_options.get("client_kwargs") or {}).get("endpoint_url", ""))
+
+    def __repr__(self) -> str:
+        endpoint = f", endpoint_url={self.endpoint_url!r}" if self.endpoint_url else ""
+        return f"ColdLocation(url={self.url!r}{endpoint})"
+
+
+def check_dataset_url(url: object) -> None:
+    """The dataset prefix must be a URL with a scheme (``s3://bucket/train``, ``file:///data/train``):
+    the scheme picks the cold tier's file system, and one spelling keeps one manifest per prefix.
+
+    Raises:
+        ConfigError: Not a string, or no ``scheme://``; for a bare path the message gives the
+            ``file://`` URL of that path.
+    """
+    if not isinstance(url, str):
+        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL string, e.g. s3://bucket/train")
+    if "://" not in url:
+        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train, or "
+                          f"file://{os.path.abspath(os.path.expanduser(url))} for that local directory")

@@ -1,0 +1,240 @@
+"""What crosses a process boundary between tierload's processes: small frozen, versioned values.
+
+The training process and its DataLoader workers talk to their node cache over the local
+channel, node caches talk to the coordinator through Ray, and a restarted cache is found
+through the endpoint file it publishes. Every such message is one of these classes; each
+carries the ``version`` of its shape, checked on receipt with :meth:`Message.received`, so two
+tierload releases that disagree fail with a :class:`~tierload.errors.MessageError` naming
+both versions instead of a ``KeyError`` deep inside a thread.
+
+    StreamPlan           consumer -> node cache   a rank's block sequence for one epoch
+    DatasetRegistration  consumer -> node cache   a dataset's cold location; its manifest file or BlockTable
+    SyncReport           node cache -> coordinator  what the node learned since its last sync
+    SyncAnswer           coordinator -> node cache  warm admissions and holder-map changes
+    Endpoint             node cache -> consumers  where the cache listens (also as a JSON file)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import numpy as np
+
+from tierload.data.blocks import Block
+from tierload.data.packs import PackMembers
+from tierload.errors import MessageError
+
+if TYPE_CHECKING:  # an annotation only: the S3 stack (aiohttp) stays unimported for who reads an endpoint
+    from tierload.stores.cold.location import ColdLocation
+
+M = TypeVar("M", bound="Message")
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every message; ``VERSION`` is the shape this process understands."""
+
+    VERSION: ClassVar[int] = 1
+
+    @classmethod
+    def received(cls: type[M], message: Any) -> M:
+        """Return ``message`` if it is a ``cls`` of this process's version.
+
+        Raises:
+            MessageError: It is another type, or a ``cls`` of another version.
+        """
+        if not isinstance(message, cls):
+            raise MessageError(f"expected a {cls.__name__} (version {cls.VERSION}), got {type(message).__name__}")
+        version = getattr(message, "version", None)
+        if version != cls.VERSION:
+            raise MessageError(f"{cls.__name__} version {version} received; this process understands version "
+                               f"{cls.VERSION} (are all processes running the same tierload release?)")
+        return message
+
+
+@dataclass(frozen=True, eq=False)
+class StreamPlan(Message):
+    """The block sequence a node cache prefetches for one rank's iteration of an epoch.
+
+    Attributes:
+        dataset_id: The registered dataset the blocks belong to.
+        epoch: The epoch (also the decay clock in ``epoch`` units).
+        seq: int32 array (positions,): block index needed at each position; the first
+            ``consume_len`` are this iteration's, the rest a look-ahead into the next epoch that
+            only informs eviction.
+        consume_len: Positions this iteration consumes.
+        reuse_gap: A block needed again within this many positions continues its run.
+        start: First position still to be consumed (a resumed iteration skips the rest).
+        lineage: Same for every epoch of one (dataset, seed, rank, world size); empty: the stream id.
+        version: Shape of this message.
+    """
+
+    dataset_id: str
+    epoch: int
+    seq: np.ndarray
+    consume_len: int
+    reuse_gap: int = 1
+    start: int = 0
+    lineage: str = ""
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seq", np.ascontiguousarray(self.seq, dtype=np.int32))
+        if not 0 <= self.consume_len <= len(self.seq):
+            raise MessageError(f"StreamPlan.consume_len={self.consume_len} outside 0..{len(self.seq)} (len(seq))")
+
+
+@dataclass(frozen=True, eq=False)
+class BlockTable(Message):
+    """A dataset's blocks as columns (one entry per block, in block-index order).
+
+    Attributes:
+        keys, urls, versions: Tier key, source URL and source version of each block.
+        offsets, lengths: int64 arrays (blocks,): byte range of each block in its object.
+        members: ``{block index: PackMembers}`` for the blocks that are packs.
+        version: Shape of this message.
+    """
+
+    keys: tuple[str, ...]
+    urls: tuple[str, ...]
+    versions: tuple[str, ...]
+    offsets: np.ndarray
+    lengths: np.ndarray
+    members: dict[int, PackMembers] = field(default_factory=dict)
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "offsets", np.ascontiguousarray(self.offsets, dtype=np.int64))
+        object.__setattr__(self, "lengths", np.ascontiguousarray(self.lengths, dtype=np.int64))
+        sizes = {len(self.keys), len(self.urls), len(self.versions), len(self.offsets), len(self.lengths)}
+        if len(sizes) != 1:
+            raise MessageError(f"BlockTable columns differ in length: keys={len(self.keys)}, urls={len(self.urls)}, "
+                               f"versions={len(self.versions)}, offsets={len(self.offsets)}, "
+                               f"lengths={len(self.lengths)}")
+
+    @classmethod
+    def of(cls, blocks: list[Block]) -> "BlockTable":
+        """The table of ``blocks`` (in their order)."""
+        return cls(tuple(b.key for b in blocks), tuple(b.url for b in blocks), tuple(b.version for b in blocks),
+                   np.fromiter((b.offset for b in blocks), np.int64, len(blocks)),
+                   np.fromiter((b.length for b in blocks), np.int64, len(blocks)),
+                   {index: b.members for index, b in enumerate(blocks) if b.members is not None})
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def blocks(self) -> list[Block]:
+        """The blocks again, in their order."""
+        rows = zip(self.keys, self.urls, self.versions, self.offsets.tolist(), self.lengths.tolist(), strict=True)
+        return [Block(key, url, version, int(offset), int(length), self.members.get(index))
+                for index, (key, url, version, offset, length) in enumerate(rows)]
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetRegistration(Message):
+    """Tells a node cache where a dataset's blocks come from.
+
+    Attributes:
+        dataset_id: The manifest's dataset id.
+        cold: The dataset's cold location (its options stay out of every ``repr``).
+        blocks: The dataset's blocks (may be empty when ``manifest_path`` names them).
+        manifest_path: The dataset's cached manifest file on this node, which the cache maps
+            instead of receiving the blocks (None: the blocks travel in ``blocks``).
+        version: Shape of this message.
+    """
+
+    dataset_id: str
+    cold: ColdLocation
+    blocks: BlockTable
+    manifest_path: str | None = None
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class SyncReport(Message):
+    """What one node cache learned since its last sync with the coordinator.
+
+    Attributes:
+        counts: Accesses per block key since the last report.
+        now: The node's decay clock (epochs or seconds).
+        proposals: ``(key, stored_size_bytes)`` of blocks proposed for the warm tier.
+        drops: Keys of warm copies the node found corrupt.
+        hot_added, hot_removed: Changes to the node's hot residency.
+        hot_full: The node's complete hot residency (after a restart of either side), or None.
+        lost: Peers that did not answer.
+        since: The holder-map version the node has (-1: none).
+        version: Shape of this message.
+    """
+
+    counts: dict[str, int] = field(default_factory=dict)
+    now: float = 0.0
+    proposals: list[tuple[str, int]] = field(default_factory=list)
+    drops: list[str] = field(default_factory=list)
+    hot_added: list[str] = field(default_factory=list)
+    hot_removed: list[str] = field(default_factory=list)
+    hot_full: list[str] | None = None
+    lost: list[str] = field(default_factory=list)
+    since: int = -1
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class SyncAnswer(Message):
+    """The coordinator's answer to a :class:`SyncReport`.
+
+    Attributes:
+        incarnation: Changes when the coordinator restarts (the node then resends its residency).
+        holders_version: The holder-map version this answer brings the node to.
+        granted: One bool per proposal: room was made, write the block to the warm tier.
+        present: One bool per proposal: the warm tier already holds the block.
+        holders: ``{key: [node ids]}`` changed since ``since`` (or all of them when ``full``).
+        full: ``holders`` is the complete map rather than a delta.
+        version: Shape of this message.
+    """
+
+    incarnation: str
+    holders_version: int
+    granted: list[bool]
+    present: list[bool]
+    holders: dict[str, list[str]]
+    full: bool
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class Endpoint(Message):
+    """Where consumers on a node find its cache.
+
+    Attributes:
+        address: Unix socket path of the cache's channel.
+        authkey: The channel's secret (never in a ``repr``).
+        node_id: The cache's node.
+        hot_dirs: The hot tier's level directories, fastest first (the last holds the endpoint file).
+        pid: The cache's process id.
+        version: Shape of this message.
+    """
+
+    address: str
+    authkey: bytes = field(repr=False)
+    node_id: str
+    hot_dirs: tuple[str, ...]
+    pid: int
+    version: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form (``authkey`` as hex)."""
+        return {"version": self.version, "address": self.address, "authkey": self.authkey.hex(),
+                "node_id": self.node_id, "hot_dirs": list(self.hot_dirs), "pid": self.pid}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Endpoint":
+        """Inverse of :meth:`to_json`.
+
+        Raises:
+            MessageError: Another version wrote it.
+            KeyError, ValueError: It is not an endpoint.
+        """
+        endpoint = cls(str(data["address"]), bytes.fromhex(data["authkey"]), str(data["node_id"]),
+                       tuple(data["hot_dirs"]), int(data["pid"]), int(data.get("version", 0)))
+        return cls.received(endpoint)

@@ -1,0 +1,63 @@
+"""Belady's MIN per epoch of a benchmark run, from the simulator's implementation.
+
+MIN is computed on the same accesses the node cache's hot-hit counter counts (one per counted
+run of :func:`tierload.data.runs.counted_runs`, as the simulator's traces), not one per sample:
+consecutive samples of one block are one access, so ``hot hit <= MIN`` holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from tierload.data.order import reuse_gap
+from tierload.data.runs import counted_runs
+from tierload.frames.blockfile import HEADER_SIZE
+from tierload.simulator.belady import min_hit_flags
+
+
+def min_hit_ratios(epochs: Sequence[np.ndarray], sizes: Sequence[int] | np.ndarray,
+                   capacity_bytes: int) -> list[float]:
+    """MIN's hit ratio in each epoch of the concatenated trace ``epochs`` (one block-id array per epoch)."""
+    hits = min_hit_flags(np.concatenate(epochs), np.asarray(sizes), capacity_bytes)
+    ratios, start = [], 0
+    for epoch in epochs:
+        part = hits[start:start + len(epoch)]
+        ratios.append(float(part.mean()) if len(part) else 0.0)
+        start += len(epoch)
+    return ratios
+
+
+def access_trace(sample_block: np.ndarray, orders: Sequence[np.ndarray], reuse_gap: int) -> list[np.ndarray]:
+    """The block accesses one rank's node cache stream counts in each epoch.
+
+    Args:
+        sample_block: int array (samples,): block index of each sample (the manifest's).
+        orders: The rank's sample order in epochs ``0..E`` (``E + 1`` arrays: the last is only
+            the look-ahead of epoch ``E - 1``, as the live plan carries it).
+        reuse_gap: The dataset's run grouping (:func:`tierload.data.order.reuse_gap`).
+
+    Returns:
+        ``E`` int64 arrays (accesses,): the block of each counted access, per epoch.
+    """
+    blocks = [np.asarray(sample_block)[order] for order in orders]
+    return [counted_runs(this, ahead, reuse_gap)[0] for this, ahead in zip(blocks[:-1], blocks[1:], strict=True)]
+
+
+def dataset_min_hit_ratios(dataset: Any, epochs: int, capacity_bytes: int) -> list[float]:
+    """MIN's hit ratio in each of ``epochs`` epochs of a TieredDataset's rank, at ``capacity_bytes``.
+
+    Over the accesses its node cache stream counts (:func:`access_trace`), with blocks at their
+    stored size (payload + header), as the hot tier holds them and a recorded trace gives them.
+
+    Args:
+        dataset: A :class:`tierload.loader.dataset.TieredDataset` (its manifest, seed, shuffle and rank).
+        epochs: Epochs from 0.
+        capacity_bytes: The hot tier's capacity.
+    """
+    manifest = dataset.manifest
+    orders = [dataset.rank_order(epoch) for epoch in range(epochs + 1)]
+    trace = access_trace(manifest.sample_block, orders, reuse_gap(manifest.sample_block, dataset.window_blocks))
+    sizes = np.array([block.length + HEADER_SIZE for block in manifest.blocks], dtype=np.int64)
+    return min_hit_ratios(trace, sizes, capacity_bytes)
