@@ -84,21 +84,26 @@ def coordinator_memory_per_block() -> dict:
 
 
 def channel_round_trip() -> dict:
+    from typing import Protocol
+
     from tierload.wire.channel import ChannelClient, ChannelServer
 
-    class Target:
+    class PingAPI(Protocol):
+        def ping(self, payload: bytes) -> int: ...
+
+    class Target(PingAPI):
         def ping(self, payload):
             return len(payload)
 
     address = os.path.join(tempfile.gettempdir(), f"tierload-bench-{os.getpid()}.sock")
-    server = ChannelServer(Target(), address, b"k" * 32, where="bench", methods=frozenset({"ping"}))
+    server = ChannelServer(Target(), address, b"k" * 32, where="bench", interface=PingAPI)
     client = ChannelClient(address, b"k" * 32)
     try:
         def round_trip():
             calls = 2000
             started = time.perf_counter()
             for _ in range(calls):
-                client.call("ping", b"x" * 64)
+                client.call(PingAPI.ping, b"x" * 64)
             return (time.perf_counter() - started) / calls
 
         return {"seconds_per_call": median_of(round_trip)}

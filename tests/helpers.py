@@ -115,7 +115,7 @@ def land_warm_writes(dataset, timeout_s: float = 60.0) -> None:
     while dataset.cache_stats()["inflight"]:
         assert time.monotonic() < deadline, "the node cache's fetches never finished"
         time.sleep(0.01)
-    dataset._link.call("sync_now", wait_s=30.0)
+    dataset._link.call(lambda cache: cache.sync_now(), wait_s=30.0)
 
 
 def actor_log_lines(pid: int, needle: str) -> int:
@@ -128,3 +128,12 @@ def actor_log_lines(pid: int, needle: str) -> int:
         with open(path, errors="replace") as handle:
             count += sum(needle in line for line in handle)
     return count
+
+
+def named_call(name: str):
+    """A call of a method no interface declares: how a client built for another server, or a
+    hostile one, would name it."""
+    def call(self):
+        raise AssertionError("never run: only the name travels")
+    call.__name__ = name
+    return call

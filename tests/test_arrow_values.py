@@ -40,7 +40,7 @@ def test_numbers_and_booleans_round_trip():
 
 _START_PATH = textwrap.dedent("""
     import json, sys
-    from tierload.config.models import load_config
+    from tierload.config.loading import load_config
     from tierload.data.manifest import load_manifest
     from tierload.data.packs import manifest_settings
     from tierload.stores.cold.source import ColdSource

@@ -141,9 +141,9 @@ def _single_reader(endpoint: Endpoint, stream_id: str, plan: StreamPlan, key: st
 
     time.sleep(delay_s)
     link = NodeLink(endpoint)
-    link.call("open_stream", stream_id, 0, 1, plan)
+    link.call(lambda cache: cache.open_stream(stream_id, 0, 1, plan))
     data = BlockReader(link).read(stream_id, 0, 0, key)
-    link.call("close_consumer", stream_id, 0)
+    link.call(lambda cache: cache.close_consumer(stream_id, 0))
     return hashlib.sha256(data).hexdigest()
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from multiprocessing.connection import Client
+from typing import Protocol
 
 import pytest
 import torch
@@ -26,7 +27,11 @@ from tierload.wire.channel import ChannelClient, ChannelServer
 KEY = b"k" * 32
 
 
-class _Target:
+class _EchoAPI(Protocol):
+    def echo(self, value: int) -> int: ...
+
+
+class _Target(_EchoAPI):
     def echo(self, value):
         return value
 
@@ -40,7 +45,7 @@ def address():
 
 
 def _server(address, **kwargs) -> ChannelServer:
-    return ChannelServer(_Target(), address, KEY, where="test server", methods=frozenset({"echo"}), **kwargs)
+    return ChannelServer(_Target(), address, KEY, where="test server", interface=_EchoAPI, **kwargs)
 
 
 @contextmanager
@@ -103,9 +108,9 @@ def _wrong_key_attempt(address) -> Exception | None:
 
 
 def _call_within(client: ChannelClient, seconds: float):
-    """``client.call("echo", 1)`` on a thread; its result, or a failure if it took longer than ``seconds``."""
+    """``echo(1)`` on a thread; its result, or a failure if it took longer than ``seconds``."""
     result: list = []
-    thread = threading.Thread(target=lambda: result.append(client.call("echo", 1)), daemon=True)
+    thread = threading.Thread(target=lambda: result.append(client.call(_EchoAPI.echo, 1)), daemon=True)
     thread.start()
     thread.join(seconds)
     assert result == [1], f"a good client was not served within {seconds} s"
@@ -152,7 +157,7 @@ def test_connections_beyond_the_limit_are_closed_and_slots_come_back(address):
         with _silent_client(address), _silent_client(address):
             time.sleep(0.2)  # both accepted and holding their slots
             with pytest.raises(ChannelLostError):
-                ChannelClient(address, KEY).call("echo", 1)
+                ChannelClient(address, KEY).call(_EchoAPI.echo, 1)
             time.sleep(1.5)  # their handshake deadline passed: slots released
             client = ChannelClient(address, KEY)
             _call_within(client, 3.0)

@@ -16,6 +16,7 @@ from test_cli_output import ROOT, run_cli
 from tierload.config.loading import load_config
 from tierload.coordinator.actor import Coordinator
 from tierload.node.node_cache import NodeCache
+from tierload.wire.api import CoordinatorAPI, LocalCaller
 
 
 def _config_file(tmp_path, config) -> str:
@@ -55,7 +56,7 @@ def test_status_reports_a_running_node_cache_and_the_warm_tier(tmp_path):
                           "warm": {"url": str(tmp_path / "warm"), "capacity_bytes": "5MiB"}})
     coordinator = Coordinator(config, node_alive=lambda: None).start()
     cache = NodeCache(config, node_id="node-status-test",
-                      coordinator_call=lambda method, *args: getattr(coordinator, method)(*args)).start()
+                      coordinator_call=LocalCaller(coordinator, CoordinatorAPI)).start()
     try:
         path = _config_file(tmp_path, config)
         result = run_cli("status", "--config", path, "--json", cwd=tmp_path)

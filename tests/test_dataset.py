@@ -18,6 +18,8 @@ from tierload.errors import SourceChangedError
 from tierload.frames.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.frames.checksum_key import local_key
 from tierload.stores.local import LocalDirStore
+from tierload.deploy.runtime import actor_call
+from tierload.wire.api import NodeCacheServiceAPI
 from tierload.wire.endpoint import ENDPOINT_FILE
 
 
@@ -240,14 +242,14 @@ def test_peers_and_the_warm_tier_get_the_stored_frame_not_a_re_encoding(bucket, 
     dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
     assert sorted(indices(loader_for(dataset))) == list(range(8))
     cache = get_node_cache(dataset.config)
-    ray.get(cache.call.remote("sync_now"))  # the warm writes of the epoch land now
+    ray.get(actor_call(cache, NodeCacheServiceAPI.sync_now))  # the warm writes of the epoch land now
     hot, warm = LocalDirStore(tmp_path / "hot"), LocalDirStore(tmp_path / "warm", tier="warm")
     assert len(hot.scan()) == 8 and len(warm.scan()) == 8
     codecs = Counter()
     secret = local_key(tmp_path / "hot", create=False)  # the deployment's checksum key
     for key in hot.scan():
         stored, in_warm = hot.read(key), warm.read(key)
-        sent = ray.get(cache.call.remote("read_block", key))
+        sent = ray.get(actor_call(cache, NodeCacheServiceAPI.read_block, key))
         raw, digest = decode_frame(key, stored, secret=secret)
         assert parse_header(key, stored).codec == "raw"  # the hot tier stores raw frames
         assert decode_frame(key, sent, secret=secret) == decode_frame(key, in_warm, secret=secret) == (raw, digest)

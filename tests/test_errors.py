@@ -13,13 +13,22 @@ import pickle
 import tempfile
 import time
 from collections import Counter
+from typing import Protocol
 
 import pytest
-from helpers import index_of, put_indexed_objects
+from helpers import index_of, named_call, put_indexed_objects
 
 from tierload import errors
 from tierload.frames import codec
 from tierload.wire.channel import ChannelClient, ChannelServer
+
+
+class _ServedAPI(Protocol):
+    def forgotten(self) -> None: ...
+
+    def buggy(self) -> None: ...
+
+    def echo(self, value: object) -> object: ...
 
 
 def _tree(root: type) -> list[type]:
@@ -77,8 +86,7 @@ class _Target:
 @pytest.fixture
 def channel():
     address = os.path.join(tempfile.gettempdir(), f"tierload-test-{os.getpid()}.sock")
-    server = ChannelServer(_Target(), address, b"k" * 32, where="test server",
-                           methods=frozenset({"forgotten", "buggy", "echo"}))
+    server = ChannelServer(_Target(), address, b"k" * 32, where="test server", interface=_ServedAPI)
     client = ChannelClient(address, b"k" * 32)
     yield client
     client.close()
@@ -87,20 +95,20 @@ def channel():
 
 def test_the_channel_hands_errors_back_by_type_with_their_remote_traceback(channel):
     with pytest.raises(errors.StreamNotOpenError) as info:
-        channel.call("forgotten")
+        channel.call(_ServedAPI.forgotten)
     assert "in forgotten" in info.value.remote_traceback
     with pytest.raises(errors.ServiceError) as wrapped:
-        channel.call("buggy")
+        channel.call(_ServedAPI.buggy)
     assert type(wrapped.value) is errors.ServiceError and "KeyError" in str(wrapped.value)
     assert wrapped.value.where == "test server" and "in buggy" in wrapped.value.remote_traceback
-    assert channel.call("echo", 7) == 7
+    assert channel.call(_ServedAPI.echo, 7) == 7
 
 
 @pytest.mark.parametrize("method", ["not_served", "_private", "__init__"])
 def test_the_channel_serves_only_its_allow_list(channel, method):
     with pytest.raises(errors.MethodNotAllowedError, match=repr(method)):
-        channel.call(method)
-    assert channel.call("echo", "still serving") == "still serving"
+        channel.call(named_call(method))
+    assert channel.call(_ServedAPI.echo, "still serving") == "still serving"
 
 
 def test_a_stream_that_expired_while_the_loop_paused_is_reopened(bucket, tier_config, make_dataset):

@@ -14,7 +14,7 @@ import textwrap
 
 from tierload.config.loading import load_config
 from tierload.node.node_cache import NodeCache
-from tierload.wire.channel import ChannelClient
+from tierload.wire.node_client import NodeCacheClient
 from tierload.wire.endpoint import ENDPOINT_FILE, SOCKET_FILE, clear_stale_endpoint, publish_endpoint, read_endpoint
 from tierload.wire.messages import Endpoint
 
@@ -34,7 +34,7 @@ def test_the_socket_lives_in_the_hot_dir_and_close_removes_it_and_the_endpoint(t
     cache = _cache(hot)
     address = cache.endpoint().address
     assert address == str(hot / SOCKET_FILE) and os.path.exists(address)
-    assert ChannelClient(address, cache.endpoint().authkey).call("ready") is True
+    assert NodeCacheClient(address, cache.endpoint().authkey).ready() is True
     cache.close()
     assert not os.path.exists(address) and not (hot / ENDPOINT_FILE).exists()
 
@@ -46,8 +46,8 @@ def test_a_hot_dir_too_long_for_a_socket_path_uses_the_abstract_namespace(tmp_pa
         endpoint = cache.endpoint()
         assert endpoint.address.startswith("\0tierload-")
         assert read_endpoint(hot) == endpoint  # the NUL survives the JSON file
-        client = ChannelClient(endpoint.address, endpoint.authkey)
-        assert client.call("ready") is True
+        client = NodeCacheClient(endpoint.address, endpoint.authkey)
+        assert client.ready() is True
         client.close()
     finally:
         cache.close()
@@ -80,7 +80,7 @@ def test_a_live_owners_endpoint_is_left_alone(tmp_path):
 _CHILD = textwrap.dedent("""
     import json, sys
     from tierload.deploy.runtime import node_endpoint
-    from tierload.config.models import load_config
+    from tierload.config.loading import load_config
 
     config = load_config({"hot": {"dir": sys.argv[1]}, "warm": {"url": None}, "ray": {"num_cpus": 1}},
                          environ={})

@@ -22,7 +22,7 @@ _CHILD = textwrap.dedent("""
     import json, sys
     import psutil, ray
     from tierload.deploy.runtime import node_endpoint, stop_actors
-    from tierload.config.models import load_config
+    from tierload.config.loading import load_config
 
     config = load_config({"hot": {"dir": sys.argv[1]}, "warm": {"url": None}, "ray": {"num_cpus": 1}},
                          environ={})

@@ -8,17 +8,21 @@ import pickle
 
 import numpy as np
 import pytest
+from helpers import named_call
 
 from tierload.config.loading import load_config
 from tierload.data.blocks import Block
 from tierload.errors import MessageError, MethodNotAllowedError
-from tierload.node.node_cache import ACTOR_METHODS, CHANNEL_METHODS, NodeCache
+from tierload.node.node_cache import NodeCache
 from tierload.stores.cold.location import ColdLocation
 from tierload.stores.cold.source import ColdSource
+from tierload.wire.api import ACTOR_METHODS, CHANNEL_METHODS, COORDINATOR_METHODS, NodeCacheAPI, NodeCacheServiceAPI
 from tierload.wire.channel import ChannelClient
+from tierload.wire.node_client import NodeCacheClient
 from tierload.wire.endpoint import ENDPOINT_FILE, publish_endpoint, read_endpoint
 from tierload.wire.messages import (
     BlockTable,
+    ChannelCall,
     DatasetRegistration,
     Endpoint,
     StreamPlan,
@@ -125,17 +129,37 @@ def test_the_node_cache_channel_serves_only_its_allow_list(node_cache):
     assert read_endpoint(endpoint.hot_dirs[-1]) == endpoint
     client = ChannelClient(endpoint.address, endpoint.authkey)
     try:
-        assert client.call("ready") is True and client.call("has_dataset", "d") is False
+        assert client.call(NodeCacheAPI.ready) is True and client.call(NodeCacheAPI.has_dataset, "d") is False
         for method in ("close", "set_policy", "read_block", "_fetch", "config", "__dict__"):
             with pytest.raises(MethodNotAllowedError):
-                client.call(method)
-        assert client.call("ready") is True  # the refused calls closed nothing
+                client.call(named_call(method))
+        assert client.call(NodeCacheAPI.ready) is True  # the refused calls closed nothing
         with pytest.raises(MessageError, match="DatasetRegistration version 2"):
-            client.call("register_dataset", dataclasses.replace(
+            client.call(NodeCacheAPI.register_dataset, dataclasses.replace(
                 DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS)), version=2))
-        client.call("register_dataset", DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS)))
-        assert client.call("has_dataset", "d") is True
-        assert client.call("open_stream", "s", 0, 1, StreamPlan(dataset_id="d", epoch=0, seq=[0], consume_len=0))
+        typed = NodeCacheClient(endpoint.address, endpoint.authkey)  # the typed client consumers use
+        assert typed.register_dataset(DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS))) is True
+        assert typed.has_dataset("d") is True
+        assert typed.open_stream("s", 0, 1, StreamPlan(dataset_id="d", epoch=0, seq=[0], consume_len=0))
+        typed.close()
     finally:
         client.close()
-    assert CHANNEL_METHODS < ACTOR_METHODS and all(callable(getattr(node_cache, m)) for m in ACTOR_METHODS)
+    # The allow-lists are the interfaces' methods; the node cache implements every one of them.
+    assert CHANNEL_METHODS < ACTOR_METHODS and "acquire" in CHANNEL_METHODS and "read_block" not in CHANNEL_METHODS
+    assert all(callable(getattr(node_cache, m)) for m in ACTOR_METHODS) and NodeCacheServiceAPI in type(node_cache).__mro__
+    assert COORDINATOR_METHODS == {"ready", "checksum_key", "set_policy", "sync", "commit", "invalidate", "holders",
+                                   "forget_node", "stats"}
+
+
+def test_an_old_style_channel_message_is_dropped_and_the_server_goes_on(node_cache):
+    """A client of another release (a bare tuple, or a ChannelCall of another version) loses its
+    connection; the server keeps serving everyone else."""
+    from multiprocessing.connection import Client
+
+    endpoint = node_cache.endpoint()
+    for message in (("ready", (), {}), dataclasses.replace(ChannelCall("ready"), version=2)):
+        with Client(endpoint.address, family="AF_UNIX", authkey=endpoint.authkey) as raw:
+            raw.send(message)
+            with pytest.raises(EOFError):
+                raw.recv()
+    assert NodeCacheClient(endpoint.address, endpoint.authkey).ready() is True

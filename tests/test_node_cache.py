@@ -9,6 +9,7 @@ import tempfile
 from tierload.config.loading import load_config
 from tierload.coordinator.actor import Coordinator
 from tierload.node.node_cache import NodeCache
+from tierload.wire.api import CoordinatorAPI, LocalCaller
 from tierload.wire.endpoint import ENDPOINT_FILE
 
 
@@ -25,7 +26,7 @@ def test_constructors_touch_no_file_and_start_does(tmp_path):
 
     coordinator = Coordinator(config, node_alive=lambda: None)
     cache = NodeCache(config, node_id="node-a",
-                      coordinator_call=lambda method, *args: getattr(coordinator, method)(*args))
+                      coordinator_call=LocalCaller(coordinator, CoordinatorAPI))
     socket = cache.endpoint().address
     assert not hot.exists() and not warm.exists()
     assert not os.path.exists(socket)

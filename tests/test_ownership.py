@@ -94,7 +94,7 @@ def test_a_closed_cache_releases_the_directory_for_the_next_owner(tmp_path, star
 _OWNER_SCRIPT = textwrap.dedent("""
     import os, sys, time
     from tierload.node.node_cache import NodeCache
-    from tierload.config.models import load_config
+    from tierload.config.loading import load_config
     from tierload.stores.local import LocalDirStore
     from tierload.frames.blockfile import encode_frame
     hot = sys.argv[1]

@@ -113,10 +113,10 @@ def test_a_dataset_hands_its_node_cache_the_manifest_file_it_mapped(bucket, tier
     assert manifest.num_packs >= 4 and max(b.length for b in manifest.blocks) <= 64 * 1024 // 16
     assert _mapped_blocks(str(path), manifest.dataset_id) == manifest.blocks
     by_reference = DatasetRegistration(manifest.dataset_id, dataset._cold, BlockTable.of([]), manifest_path=str(path))
-    assert dataset._link.call("register_dataset", by_reference) is True  # the node cache maps it
+    assert dataset._link.call(lambda cache: cache.register_dataset(by_reference)) is True  # the node cache maps it
     elsewhere = DatasetRegistration(manifest.dataset_id, dataset._cold, BlockTable.of([]),
                                     manifest_path=str(path) + ".missing")
-    assert dataset._link.call("register_dataset", elsewhere) is False  # then the dataset sends the blocks
+    assert dataset._link.call(lambda cache: cache.register_dataset(elsewhere)) is False  # then the dataset sends the blocks
 
 
 _opened: list[str] | None = None  # paths opened while a test records (an audit hook stays for the process)

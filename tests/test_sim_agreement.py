@@ -37,7 +37,7 @@ def test_live_hit_ratios_match_the_simulator_on_the_recorded_trace(bucket, tier_
     config = tier_config(hot=hot_bytes, warm=warm_bytes, prefetch={"depth_blocks": 2},
                          policy={"hot": {"eviction": hot_policy}, "warm": {"eviction": warm_policy}})
     dataset = make_dataset(f"s3://{name}/ds", config, layout="files", batch_size=6)
-    dataset._link.call("record_trace", True)
+    dataset._link.call(lambda cache: cache.record_trace(True))
     live = {"accesses": 0, "hot_hits": 0, "warm_hits": 0, "cold_misses": 0}
     epochs = 4
     for epoch in range(epochs):
@@ -48,7 +48,7 @@ def test_live_hit_ratios_match_the_simulator_on_the_recorded_trace(bucket, tier_
         stats = dataset.epoch_stats(epoch)
         for counter in live:
             live[counter] += stats[counter]
-    recorded = dataset._link.call("record_trace", False)
+    recorded = dataset._link.call(lambda cache: cache.record_trace(False))
     assert len(recorded) == live["accesses"] == epochs * blocks
     path = tmp_path / "trace.txt"
     path.write_text("".join(f"{key} {nbytes} 0 {epoch}\n" for key, nbytes, epoch in recorded))
@@ -82,7 +82,7 @@ def test_bench_min_is_over_the_accesses_the_hot_hit_counter_counts(bucket, tier_
     dataset = make_dataset(f"s3://{name}/packed", config, layout="files", batch_size=6)
     manifest = dataset.manifest
     assert len(manifest.blocks) < manifest.num_samples // 4  # packed
-    dataset._link.call("record_trace", True)
+    dataset._link.call(lambda cache: cache.record_trace(True))
     epochs, hot = 3, []
     for epoch in range(epochs):
         dataset.set_epoch(epoch)
@@ -90,7 +90,7 @@ def test_bench_min_is_over_the_accesses_the_hot_hit_counter_counts(bucket, tier_
         assert sorted(index_of(s) for batch in loader for s, _ in batch) == list(range(count))
         stats = dataset.epoch_stats(epoch)
         hot.append(stats["hot_hits"] / stats["accesses"])
-    recorded = dataset._link.call("record_trace", False)
+    recorded = dataset._link.call(lambda cache: cache.record_trace(False))
     capacity = config.hot.capacity_bytes
     ratios = dataset_min_hit_ratios(dataset, epochs, capacity)
     # MIN on the recorded trace, epoch by epoch, is the same figure

@@ -27,7 +27,8 @@ def _own_stats(dataset, epoch: int) -> dict:
     """This job's counters of ``epoch`` (epoch_stats sums every job's streams of the dataset)."""
     mark = f"/s{dataset.seed}/e{epoch}/"
     totals: dict = {}
-    for row in dataset._link.call("stream_stats", dataset.manifest.dataset_id, wait_s=30.0):
+    dataset_id = dataset.manifest.dataset_id
+    for row in dataset._link.call(lambda cache: cache.stream_stats(dataset_id), wait_s=30.0):
         if mark in row["stream_id"]:
             for name, value in row.items():
                 if isinstance(value, int) and not isinstance(value, bool) and name not in ("epoch", "cursor",

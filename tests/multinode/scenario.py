@@ -61,7 +61,7 @@ class Trainer:
         while self.dataset.cache_stats()["inflight"]:
             assert time.monotonic() < deadline, "the node cache's fetches never finished"
             time.sleep(0.01)
-        self.dataset._link.call("sync_now", wait_s=30.0)
+        self.dataset._link.call(lambda cache: cache.sync_now(), wait_s=30.0)
 
 
 class Shared:

@@ -38,6 +38,7 @@ from tierload.policies.registry import make_policy
 from tierload.policies.tierindex import TierIndex
 from tierload.stores.base import BlockStore
 from tierload.stores.tier_writes import WriteHealth, open_warm_or_none, warn_if_larger_than_file_system
+from tierload.wire.api import CoordinatorAPI
 from tierload.wire.messages import SyncAnswer, SyncReport
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ CHANGELOG_LIMIT = 200_000
 LIVENESS_INTERVAL_S = 2.0
 
 
-class Coordinator:
+class Coordinator(CoordinatorAPI):
     """Warm-tier admission and eviction, cluster-wide frequencies, and the holder map.
 
     The cluster-wide counts aggregate the access counts that nodes report in their syncs (each

@@ -41,6 +41,7 @@ from tierload.frames.checksum import checksum
 from tierload.frames.checksum_key import deployment_key
 from tierload.node.coordinator_sync import CoordinatorSync
 from tierload.stores.cold.location import check_dataset_url
+from tierload.wire.api import Caller, CoordinatorAPI, LocalCaller
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class Prestager:
         on_progress: Called after every batch with the result so far.
     """
 
-    def __init__(self, config: TierloadConfig, source, coordinator_call: Callable, *, epochs: int = 1,
+    def __init__(self, config: TierloadConfig, source, coordinator_call: Caller, *, epochs: int = 1,
                  on_progress: Callable[[PrestageResult], None] | None = None) -> None:
         from tierload.stores.registry import open_store
 
@@ -203,7 +204,8 @@ class Prestager:
                                     max_pending_bytes=4 * BATCH_BYTES)
         # Frames carry the deployment's keyed checksum: the coordinator's key, the one every node
         # cache of this warm tier checks with (a frame under another key would be refetched from cold).
-        self.sync.secret = coordinator_call("checksum_key", deployment_key(config.warm.url, config.hot.dir))
+        self.sync.secret = coordinator_call(CoordinatorAPI.checksum_key,
+                                            deployment_key(config.warm.url, config.hot.dir))
 
     def run(self, blocks: list[Block]) -> PrestageResult:
         """Stage ``blocks`` in order; returns what was done (also when :attr:`stop` was set).
@@ -235,7 +237,7 @@ class Prestager:
         result.skipped_blocks = result.planned_blocks - result.present_blocks - result.staged_blocks \
             - result.refused_blocks - result.too_large_blocks
         result.skipped_bytes = result.planned_bytes - result.done_bytes - result.too_large_bytes
-        warm = (self.call("stats") or {}).get("warm") or {}
+        warm = (self.call(CoordinatorAPI.stats) or {}).get("warm") or {}
         result.warm_used_bytes = warm.get("used_bytes", 0)
         result.warm_capacity_bytes = warm.get("capacity_bytes", self.config.warm.capacity_bytes)
         result.elapsed_s = time.monotonic() - started
@@ -246,7 +248,7 @@ class Prestager:
         ``result.too_large_*`` and never read (a compressed tier's frames may be smaller: all kept)."""
         if self.config.warm.compress:
             return missing
-        capacity = ((self.call("stats") or {}).get("warm") or {}).get("capacity_bytes",
+        capacity = ((self.call(CoordinatorAPI.stats) or {}).get("warm") or {}).get("capacity_bytes",
                                                                        self.config.warm.capacity_bytes)
         keep, too_large = fitting(missing, capacity)
         result.too_large_blocks = len(too_large)
@@ -282,7 +284,7 @@ class Prestager:
         return admitted > 0
 
 
-def coordinator_for(config: TierloadConfig, address: str | None = None) -> tuple[Callable, str]:
+def coordinator_for(config: TierloadConfig, address: str | None = None) -> tuple[Caller, str]:
     """How to reach the coordinator that owns ``config``'s warm tier, and a description of it.
 
     The service's coordinator when a Ray cluster is configured, answers and runs one; otherwise
@@ -314,7 +316,7 @@ def coordinator_for(config: TierloadConfig, address: str | None = None) -> tuple
     from tierload.coordinator.actor import Coordinator
 
     coordinator = Coordinator(config, node_alive=lambda: None).start()
-    return (lambda method, *args: getattr(coordinator, method)(*args)), "a coordinator in this process"
+    return LocalCaller(coordinator, CoordinatorAPI), "a coordinator in this process"
 
 
 def prestage(url: str, config: TierloadConfig, *, layout: str | None = None, epochs: int = 1, fraction: float = 1.0,

@@ -15,18 +15,46 @@ import atexit
 import contextlib
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, Iterator, ParamSpec, TypeVar
 
 import xxhash
 
 from tierload.config.models import TierloadConfig
 from tierload.coordinator.actor import Coordinator
 from tierload.errors import MethodNotAllowedError, ServiceError, TierInUseError
+from tierload.wire.api import ACTOR_METHODS, COORDINATOR_METHODS, CoordinatorAPI, NodeCacheServiceAPI, call_name
 
 if TYPE_CHECKING:
     from tierload.wire.messages import Endpoint
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+
+def _served(method: Callable[..., Any], served: frozenset[str], by: str) -> str:
+    """The name ``method`` travels under, if ``by`` serves it.
+
+    Raises:
+        MethodNotAllowedError: ``method`` is not a call of ``by``'s interface.
+    """
+    name = call_name(method)
+    if name not in served:
+        raise MethodNotAllowedError(f"{name!r} is not served by {by}; it serves {', '.join(sorted(served))}")
+    return name
+
+
+def actor_call(handle: Any, method: Callable[Concatenate[Any, P], Any], /, *args: P.args, **kwargs: P.kwargs):
+    """Send ``method`` (a :class:`~tierload.wire.api.NodeCacheServiceAPI` call) to a node cache actor;
+    returns Ray's ``ObjectRef`` of the answer.
+
+    Raises:
+        MethodNotAllowedError: ``method`` is not a call of the node cache's interface.
+    """
+    return handle.call.remote(_served(method, ACTOR_METHODS, "the node cache actor"), *args, **kwargs)
+
 
 COORDINATOR_PREFIX = "tierload-coordinator"
 NODE_CACHE_PREFIX = "tierload-cache"
@@ -72,7 +100,7 @@ def _close_node_caches(namespace: str) -> None:
         names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                  if isinstance(a, dict) and a.get("namespace") == namespace
                  and str(a.get("name", "")).startswith(NODE_CACHE_PREFIX)]
-        pending = [ray.get_actor(name, namespace=namespace).call.remote("close") for name in names]
+        pending = [actor_call(ray.get_actor(name, namespace=namespace), NodeCacheServiceAPI.close) for name in names]
         ray.get(pending, timeout=10)
     except Exception:  # noqa: BLE001 - best effort at exit; leftovers are cleared by the next cache
         log.debug("could not close the node caches at exit", exc_info=True)
@@ -174,27 +202,28 @@ class _CoordinatorCall:
         log.warning("the coordinator %s was gone; started it again with the same configuration", self.name)
         return handle
 
-    def __call__(self, method: str, *args):
+    def __call__(self, method: Callable[Concatenate[Any, P], R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         import ray
         from ray.exceptions import RayActorError
 
-        handle = self._handle()
+        name = _served(method, COORDINATOR_METHODS, "the coordinator")
         try:
-            return ray.get(getattr(handle, method).remote(*args), timeout=60)
+            return ray.get(getattr(self._handle(), name).remote(*args, **kwargs), timeout=60)
         except RayActorError:
             # Died under this call (killed, or its node went): one more try on the one found now.
-            return ray.get(getattr(self._handle(), method).remote(*args), timeout=60)
+            return ray.get(getattr(self._handle(), name).remote(*args, **kwargs), timeout=60)
 
 
 class _PeerCall:
-    """``peer_call(node_id, method, *args, timeout_s=)`` on another node's cache actor."""
+    """A :class:`~tierload.wire.api.PeerCaller`: one call on another node's cache actor."""
 
     def __init__(self, config: dict, namespace: str) -> None:
         self.config = config
         self.namespace = namespace
         self._handles: dict[str, Any] = {}
 
-    def __call__(self, node_id: str, method: str, *args, timeout_s: float = 10.0):
+    def __call__(self, node_id: str, timeout_s: float, method: Callable[Concatenate[Any, P], R], /,
+                 *args: P.args, **kwargs: P.kwargs) -> R:
         import ray
 
         from tierload.config.loading import as_config
@@ -204,7 +233,7 @@ class _PeerCall:
             handle = ray.get_actor(node_cache_name(as_config(self.config), node_id), namespace=self.namespace)
             self._handles[node_id] = handle
         try:
-            return ray.get(handle.call.remote(method, *args), timeout=timeout_s)
+            return ray.get(actor_call(handle, method, *args, **kwargs), timeout=timeout_s)
         except Exception:
             self._handles.pop(node_id, None)
             raise
@@ -255,11 +284,10 @@ class _RayNodeCache:
         """Invoke a NodeCache method: the local channel's, plus what peers and the CLI need.
 
         Raises:
-            MethodNotAllowedError: ``method`` is not in :data:`~tierload.node.node_cache.ACTOR_METHODS`.
+            MethodNotAllowedError: ``method`` is not a call of
+                :class:`~tierload.wire.api.NodeCacheServiceAPI`.
             TierInUseError: This actor has no node cache: another job owns the hot directory.
         """
-        from tierload.node.node_cache import ACTOR_METHODS
-
         if method not in ACTOR_METHODS:
             raise MethodNotAllowedError(f"{method!r} is not served by the node cache actor; it serves "
                                         f"{', '.join(sorted(ACTOR_METHODS))}", where=self.where)
@@ -319,7 +347,7 @@ def node_endpoint(config: TierloadConfig) -> Endpoint:
         if joined is None:
             raise
         return joined
-    return ray.get(handle.call.remote("endpoint"))
+    return ray.get(actor_call(handle, NodeCacheServiceAPI.endpoint))
 
 
 def stop_actors(config: TierloadConfig) -> int:
@@ -342,7 +370,7 @@ def stop_actors(config: TierloadConfig) -> int:
         try:
             handle = ray.get_actor(name, namespace=config.ray.namespace)
             if name.startswith(prefix):
-                ray.get(handle.call.remote("close"), timeout=30)
+                ray.get(actor_call(handle, NodeCacheServiceAPI.close), timeout=30)
             ray.kill(handle, no_restart=True)
             stopped += 1
         except Exception:  # noqa: BLE001 - already gone
@@ -386,8 +414,9 @@ def apply_policy(config: TierloadConfig, policy) -> dict[str, Any]:
     effective: Any = None
     for name in caches:
         handle = ray.get_actor(name, namespace=config.ray.namespace)
-        effective = ray.get(handle.call.remote("set_policy", policy_dict), timeout=60)
+        effective = ray.get(actor_call(handle, NodeCacheServiceAPI.set_policy, policy_dict), timeout=60)
     if has_coordinator:
         handle = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
-        effective = ray.get(handle.set_policy.remote(policy_dict), timeout=60)
+        effective = ray.get(getattr(handle, _served(CoordinatorAPI.set_policy, COORDINATOR_METHODS,
+                                                    "the coordinator")).remote(policy_dict), timeout=60)
     return {"nodes": caches, "coordinator": has_coordinator, "policy": effective}

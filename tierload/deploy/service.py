@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from tierload.config.models import TierloadConfig
 from tierload.deploy.runtime import (
+    actor_call,
     coordinator_name,
     ensure_ray,
     get_coordinator,
@@ -21,6 +22,7 @@ from tierload.deploy.runtime import (
     stop_actors,
 )
 from tierload.node.stats import hit_ratios
+from tierload.wire.api import NodeCacheServiceAPI
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,7 @@ def status(config: TierloadConfig) -> dict[str, Any]:
             continue
         try:
             handle = ray.get_actor(actor["name"], namespace=config.ray.namespace)
-            stats = cast(dict[str, Any], ray.get(handle.call.remote("stats"), timeout=30))
+            stats = cast(dict[str, Any], ray.get(actor_call(handle, NodeCacheServiceAPI.stats), timeout=30))
         except Exception as exc:  # noqa: BLE001 - report the node as unreachable, keep going
             nodes.append({"actor": actor["name"], "error": f"{type(exc).__name__}: {exc}"})
             continue

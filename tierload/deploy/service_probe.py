@@ -100,15 +100,15 @@ def local_status(endpoint: Endpoint) -> dict[str, Any] | None:
     from multiprocessing import AuthenticationError
     from multiprocessing.connection import Client
 
-    from tierload.wire.channel import ChannelClient
+    from tierload.wire.node_client import NodeCacheClient
 
     try:
         Client(endpoint.address, family="AF_UNIX", authkey=endpoint.authkey).close()
     except (OSError, EOFError, AuthenticationError):
         return None  # a stale endpoint: its process is gone (or its pid was reused)
-    client = ChannelClient(endpoint.address, endpoint.authkey)
+    client = NodeCacheClient(endpoint.address, endpoint.authkey)
     try:
-        return dict(client.call("status"))
+        return dict(client.status())
     except (TierloadError, OSError, EOFError) as exc:
         log.debug("node cache at %s did not answer", endpoint.address, exc_info=True)
         return {"error": f"{type(exc).__name__}: {exc}"}

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 from tierload.config.models import TierloadConfig
 from tierload.data.blocks import Block
@@ -30,10 +30,13 @@ from tierload.stores.cold.location import ColdLocation
 from tierload.stores.cold.source import ColdSource
 from tierload.stores.local import LocalDirStore
 from tierload.stores.registry import open_store
-from tierload.wire.channel import ChannelClient
-from tierload.wire.messages import Endpoint
+from tierload.wire.api import NodeCacheAPI
+from tierload.wire.messages import Endpoint, HotBlock, WireBlock
+from tierload.wire.node_client import NodeCacheClient
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 class DirectSource:
@@ -75,7 +78,7 @@ class NodeLink:
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = Endpoint.received(endpoint)
-        self.client = ChannelClient(endpoint.address, endpoint.authkey)
+        self.client = NodeCacheClient(endpoint.address, endpoint.authkey)
         self.reconnects = 0
         self._last_attempt = 0.0
 
@@ -89,23 +92,24 @@ class NodeLink:
     def hot_dirs(self) -> tuple[str, ...]:
         return self.endpoint.hot_dirs
 
-    def call(self, method: str, *args, wait_s: float = 0.0):
-        """Call the cache; if it is gone, look for a restarted one for up to ``wait_s`` seconds.
+    def call(self, request: Callable[[NodeCacheAPI], R], *, wait_s: float = 0.0) -> R:
+        """``request(cache)`` on the node cache (e.g. ``link.call(lambda cache: cache.stats())``); if
+        the cache is gone, look for a restarted one for up to ``wait_s`` seconds and ask it.
 
         Raises:
             ChannelLostError: No cache answered in time.
         """
         try:
-            return self.client.call(method, *args)
+            return request(self.client)
         except ChannelLostError:
             if not self.reconnect(wait_s):
                 raise
-            return self.client.call(method, *args)
+            return request(self.client)
 
-    def notify(self, method: str, *args) -> None:
-        """A one-way call that never fails the training loop (the cache may be restarting)."""
+    def notify(self, request: Callable[[NodeCacheAPI], None]) -> None:
+        """A one-way ``request(cache)`` that never fails the training loop (the cache may be restarting)."""
         try:
-            self.client.notify(method, *args)
+            request(self.client)
         except ChannelLostError:
             pass
 
@@ -120,9 +124,9 @@ class NodeLink:
                 self._last_attempt = now
                 endpoint = read_endpoint(self.hot_dirs[-1])
                 if endpoint is not None:
-                    client = ChannelClient(endpoint.address, endpoint.authkey)
+                    client = NodeCacheClient(endpoint.address, endpoint.authkey)
                     try:
-                        client.call("ready")
+                        client.ready()
                     except ChannelLostError:
                         client.close()
                     else:
@@ -194,8 +198,7 @@ class BlockReader:
         self.stats["misses"] += 1
         for _ in range(3):
             try:
-                kind, value = self.link.client.call("acquire", stream_id, consumer, position,
-                                                    key if corrupt else None)
+                answer = self.link.client.acquire(stream_id, consumer, position, key if corrupt else None)
             except StreamNotOpenError:
                 self._reopen()
                 continue
@@ -209,9 +212,10 @@ class BlockReader:
                     continue
                 return self._read_directly(key)
             self._lost = False
-            if kind == "wire":
-                return decode_frame(key, value, secret=self.secret)[0]
-            raw, corrupt = self._read_hot(key, self.levels[value:value + 1])
+            if isinstance(answer, WireBlock):
+                return decode_frame(key, WireBlock.received(answer).frame, secret=self.secret)[0]
+            level = HotBlock.received(answer).level
+            raw, corrupt = self._read_hot(key, self.levels[level:level + 1])
             if raw is not None:
                 return raw
             corrupt = True  # announced as in the hot tier, yet missing or bad: have it replaced

@@ -190,7 +190,7 @@ class TieredDataset(IterableDataset):
         self._register()
         stale = previous - {block.key for block in self._manifest.blocks}
         if stale:
-            dropped = self._link.call("invalidate", sorted(stale))
+            dropped = self._link.call(lambda cache: cache.invalidate(sorted(stale)))
             log.info("manifest refresh: %d blocks changed at the source; dropped %d cached copies", len(stale),
                      dropped)
         self._captured_rank = self._rank_world()
@@ -400,7 +400,7 @@ class TieredDataset(IterableDataset):
     def cache_stats(self) -> dict[str, Any]:
         """The node cache's counters, levels and streams (see :meth:`NodeCache.stats`), plus
         ``device_path``: how samples reach the output device (see :mod:`tierload.loader.gpu`)."""
-        stats = self._started_link().call("stats", wait_s=30.0)
+        stats = self._started_link().call(lambda cache: cache.stats(), wait_s=30.0)
         stats["device_path"] = self.device_path
         return stats
 
@@ -418,7 +418,8 @@ class TieredDataset(IterableDataset):
 
     def _summed_epoch_stats(self, epoch: int, counted: Callable[[str], bool]) -> dict[str, float]:
         totals: dict[str, float] = {}
-        for row in self._started_link().call("stream_stats", self.manifest.dataset_id, wait_s=30.0):
+        dataset_id = self.manifest.dataset_id
+        for row in self._started_link().call(lambda cache: cache.stream_stats(dataset_id), wait_s=30.0):
             if row["epoch"] != epoch or not counted(row["stream_id"]):
                 continue
             for name, value in row.items():

@@ -36,7 +36,7 @@ def check_arguments(url: str, shuffle: bool | str, batch_size: int | None, layou
 def config_overrides(endpoint_url: str | None, storage_options: Mapping[str, Any] | None,
                      address: str | None) -> dict[str, Any]:
     """The explicit arguments that are config settings, as overrides for
-    :func:`~tierload.config.models.load_config` (they win over environment, YAML and defaults)."""
+    :func:`~tierload.config.loading.load_config` (they win over environment, YAML and defaults)."""
     overrides: dict[str, Any] = {}
     if endpoint_url:
         overrides.setdefault("cold", {})["endpoint_url"] = endpoint_url

@@ -30,12 +30,13 @@ def register_dataset(link: NodeLink, manifest: Manifest, manifest_path: Path | N
         manifest_path: Its cached file on this node (the cache maps it), or None.
         cold: The dataset's cold location.
     """
-    if link.call("has_dataset", manifest.dataset_id):
+    if link.call(lambda cache: cache.has_dataset(manifest.dataset_id)):
         return
-    if manifest_path is not None and link.call("register_dataset", DatasetRegistration(
-            manifest.dataset_id, cold, BlockTable.of([]), manifest_path=str(manifest_path))):
+    by_file = DatasetRegistration(manifest.dataset_id, cold, BlockTable.of([]), manifest_path=str(manifest_path))
+    if manifest_path is not None and link.call(lambda cache: cache.register_dataset(by_file)):
         return  # the cache mapped the same manifest file
-    link.call("register_dataset", DatasetRegistration(manifest.dataset_id, cold, BlockTable.of(manifest.blocks)))
+    by_blocks = DatasetRegistration(manifest.dataset_id, cold, BlockTable.of(manifest.blocks))
+    link.call(lambda cache: cache.register_dataset(by_blocks))
 
 
 def join_stream(link: NodeLink, stream_id: str, worker: int, workers: int, plan: Callable[[], StreamPlan],
@@ -64,12 +65,12 @@ def join_stream(link: NodeLink, stream_id: str, worker: int, workers: int, plan:
 
 def _join_once(link: NodeLink, stream_id: str, worker: int, workers: int, plan: Callable[[], StreamPlan],
                register: Callable[[NodeLink], None]) -> None:
-    if link.call("open_stream", stream_id, worker, workers, wait_s=REJOIN_WAIT_S):
+    if link.call(lambda cache: cache.open_stream(stream_id, worker, workers), wait_s=REJOIN_WAIT_S):
         return
     try:
-        link.call("open_stream", stream_id, worker, workers, plan())
+        link.call(lambda cache: cache.open_stream(stream_id, worker, workers, plan()))
     except (StreamNotOpenError, ChannelLostError):
         raise
     except ServiceError:
         register(link)  # the node cache restarted and forgot the dataset
-        link.call("open_stream", stream_id, worker, workers, plan())
+        link.call(lambda cache: cache.open_stream(stream_id, worker, workers, plan()))

@@ -142,7 +142,8 @@ class EpochReader:
                 progress.yielded = index + 1
                 yield sample, label
                 if (index + 1 - self.skip) % report_every == 0:
-                    link.notify("progress", self.stream_id, self.worker, position + 1)
+                    consumed = position + 1
+                    link.notify(lambda cache: cache.progress(self.stream_id, self.worker, consumed))  # noqa: B023 - called at once
         finally:
-            link.notify("close_consumer", self.stream_id, self.worker)
+            link.notify(lambda cache: cache.close_consumer(self.stream_id, self.worker))
             dataset.consumer_stats.update(reader.stats)

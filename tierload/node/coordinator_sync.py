@@ -23,6 +23,7 @@ from tierload.errors import BackendError
 from tierload.frames.blockfile import FrameFormat, encode_frame, recode
 from tierload.stores.base import BlockStore
 from tierload.stores.tier_writes import WriteHealth
+from tierload.wire.api import Caller, CoordinatorAPI
 from tierload.wire.messages import SyncAnswer, SyncReport
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class CoordinatorSync:
 
     Args:
         node_id: This node's id.
-        call: ``call(method, *args)`` invokes the coordinator and returns its result.
+        call: Sends a :class:`~tierload.wire.api.CoordinatorAPI` call to the coordinator.
         collect: Returns ``(counts, hot_added, hot_removed, hot_full)`` gathered since the last
             call and clears them; ``hot_full`` is the complete residency when ``full`` is asked.
         now: Current time in the decay unit.
@@ -79,7 +80,7 @@ class CoordinatorSync:
         write_retry_s: Seconds without proposals after the warm tier refused a write.
     """
 
-    def __init__(self, node_id: str, call: Callable, collect: Callable[[bool], tuple], now: Callable[[], float],
+    def __init__(self, node_id: str, call: Caller, collect: Callable[[bool], tuple], now: Callable[[], float],
                  warm_store: BlockStore | None = None, compress_level: int | None = None,
                  max_pending_bytes: int = 64 * 2**20, interval_s: float = 0.2, write_retry_s: float = 30.0) -> None:
         self.node_id = node_id
@@ -227,7 +228,7 @@ class CoordinatorSync:
         report = SyncReport(counts=counts, now=self.now(), proposals=[(k, len(v)) for k, v in writes.items()],
                             drops=drops, hot_added=added, hot_removed=removed, hot_full=full if need_full else None,
                             lost=lost, since=self._since)
-        answer = SyncAnswer.received(self.call("sync", self.node_id, report))
+        answer = SyncAnswer.received(self.call(CoordinatorAPI.sync, self.node_id, report))
         self.stats["syncs"] += 1
         if need_full:
             self._need_full = False
@@ -281,7 +282,7 @@ class CoordinatorSync:
             with self._lock:
                 self.warm_health.succeeded()
         if committed or aborted:
-            self.call("commit", committed, aborted)
+            self.call(CoordinatorAPI.commit, committed, aborted)
             self.known_warm.update(committed)
             self.stats["warm_writes"] += len(committed)
 

@@ -46,6 +46,7 @@ from tierload.node.stream import Stream
 from tierload.node.streamed_fetch import frame_size, stream_block_to_file, streams
 from tierload.policies.counts import PinCounts
 from tierload.stores.base import BlockStore
+from tierload.wire.api import NodeCacheServiceAPI, PeerCaller
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +99,13 @@ class Fetcher:
         pins: The node's pin counts (a refused block is staged only while pinned).
         accounting: Where fetch outcomes and byte counts are added.
         sync: The node's link to the coordinator (holder map, warm proposals), or None.
-        peer_call: ``peer_call(node_id, method, *args, timeout_s=...)``, or None.
+        peer_call: Sends a call to another node's cache (:class:`~tierload.wire.api.PeerCaller`), or None.
         peer_max_bytes: Blocks longer than this (bytes) are not asked of peers; None: no limit.
     """
 
     def __init__(self, config: TierloadConfig, node_id: str, cond: threading.Condition, catalog: BlockCatalog,
                  hot: HotTier, pins: PinCounts, accounting: NodeAccounting, sync: CoordinatorSync | None,
-                 peer_call: Callable | None, peer_max_bytes: int | None = None) -> None:
+                 peer_call: PeerCaller | None, peer_max_bytes: int | None = None) -> None:
         self.config = config
         self.node_id = node_id
         self._cond = cond
@@ -280,7 +281,7 @@ class Fetcher:
             return None
         for node in self._sync.holders_of(key):
             try:
-                answer = self._peer_call(node, "read_block", key, timeout_s=self.config.hot.peer_timeout_s)
+                answer = self._peer_call(node, self.config.hot.peer_timeout_s, NodeCacheServiceAPI.read_block, key)
             except Exception as exc:  # noqa: BLE001 - a dead or stuck peer: fall back, never hang
                 log.warning("peer node %s did not serve block %s (%s: %s); not asking it again", node, key,
                             type(exc).__name__, exc)

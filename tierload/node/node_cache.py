@@ -25,7 +25,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from tierload.config.loading import as_config
 from tierload.config.models import TierloadConfig
@@ -47,30 +47,26 @@ from tierload.policies.counts import PinCounts
 from tierload.stores.cold.source import ColdSource
 from tierload.stores.control_dir import control_dir
 from tierload.stores.tier_writes import open_warm_or_none
+from tierload.wire.api import Caller, CoordinatorAPI, NodeCacheAPI, NodeCacheServiceAPI, PeerCaller
 from tierload.wire.channel import ChannelServer
 from tierload.wire.endpoint import channel_address, clear_stale_endpoint, publish_endpoint, withdraw_endpoint
-from tierload.wire.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
+from tierload.wire.messages import BlockTable, DatasetRegistration, Endpoint, HotBlock, StreamPlan, WireBlock
 
 log = logging.getLogger(__name__)
 
-# What consumers on this node may call over the local channel (nothing else is served there).
-CHANNEL_METHODS = frozenset({"ready", "endpoint", "has_dataset", "register_dataset", "open_stream", "progress",
-                             "close_consumer", "acquire", "invalidate", "record_trace", "sync_now", "stats",
-                             "stream_stats", "status"})
-# What tierload's own actors and the CLI may call through Ray: the channel's methods, serving peers,
-# and running the deployment.
-ACTOR_METHODS = CHANNEL_METHODS | {"read_block", "set_policy", "close"}
-
-
-class NodeCache:
+class NodeCache(NodeCacheServiceAPI):
     """Owns one node's hot tier; prefetches, admits, evicts and counts.
+
+    Consumers on the node call it over the local channel (:class:`~tierload.wire.api.NodeCacheAPI`,
+    nothing else is served there); peers, the CLI and the deployment through Ray
+    (:class:`~tierload.wire.api.NodeCacheServiceAPI`).
 
     Args:
         config: The effective configuration (dict or :class:`TierloadConfig`).
         node_id: This node's id (Ray node id, or any name outside Ray).
-        coordinator_call: ``call(method, *args)`` reaching the coordinator, or None to run
-            alone (no warm tier, no peers).
-        peer_call: ``peer_call(node_id, method, *args, timeout_s=...)`` reaching another node's
+        coordinator_call: Sends a :class:`~tierload.wire.api.CoordinatorAPI` call to the
+            coordinator, or None to run alone (no warm tier, no peers).
+        peer_call: Sends a :class:`~tierload.wire.api.NodeCacheServiceAPI` call to another node's
             cache, or None (no peer transfer).
         ray_address: The Ray cluster this cache runs in, published to other jobs with its
             ownership of the hot directory (:mod:`tierload.node.ownership`).
@@ -79,7 +75,7 @@ class NodeCache:
     """
 
     def __init__(self, config: dict | TierloadConfig, node_id: str = "local",
-                 coordinator_call: Callable | None = None, peer_call: Callable | None = None,
+                 coordinator_call: Caller | None = None, peer_call: PeerCaller | None = None,
                  ray_address: str | None = None, peer_max_bytes: int | None = None) -> None:
         self.config = as_config(config)
         self.node_id = node_id
@@ -145,14 +141,15 @@ class NodeCache:
         self._fetcher.start(warm)
         call = self._coordinator_call
         self._secret = adopt_key(warm.url if warm is not None else None, self._hot.dirs[-1],
-                                 agree=(lambda offered: call("checksum_key", offered)) if call is not None else None)
+                                 agree=(lambda offered: call(CoordinatorAPI.checksum_key, offered))
+                                 if call is not None else None)
         for part in (self._hot, self._fetcher, self._sync):
             if part is not None:
                 part.secret = self._secret
         clear_stale_endpoint(self._hot.dirs[-1])  # a crashed cache's endpoint file and socket
         publish_endpoint(self._hot.dirs[-1], self.endpoint())
         self._server = ChannelServer(self, self._address, self._authkey, where=f"node cache on node {self.node_id}",
-                                     methods=CHANNEL_METHODS)
+                                     interface=NodeCacheAPI)
         self._streams.start()
         if self._sync is not None:
             self._sync.start(warm)
@@ -246,7 +243,7 @@ class NodeCache:
             self._streams.close_consumer(stream_id, consumer)
 
     def acquire(self, stream_id: str, consumer: int, position: int,
-                corrupt_key: str | None = None) -> tuple[str, Any]:
+                corrupt_key: str | None = None) -> HotBlock | WireBlock:
         """Make the block at ``position`` available and say where it is.
 
         Args:
@@ -255,8 +252,8 @@ class NodeCache:
             corrupt_key: A hot block the consumer found corrupt: it is dropped and refetched.
 
         Returns:
-            ``("hot", level_index)`` when the block is in the hot tier (read the file), or
-            ``("wire", frame)`` with the block's frame when the hot tier did not admit it.
+            :class:`HotBlock` with the hot level holding the block (read its file), or
+            :class:`WireBlock` with the block's frame when the hot tier did not admit it.
 
         Raises:
             TierloadError: The fetch failed (e.g. SourceChangedError, EndpointUnreachableError).
@@ -277,14 +274,14 @@ class NodeCache:
             finally:
                 self._fetcher.release(key)
             if isinstance(found, int):
-                return ("hot", found)
+                return HotBlock(found)
             raw = found
         # The staged bytes are the ones fetched and checked; the frame carries their checksum anew.
         frame = encode_frame(key, raw, fmt=FrameFormat(self.config.wire.zstd_level, self.config.wire.min_ratio),
                              secret=self._secret)
         with self._cond:
             self._accounting.tally(stream, {"wire_raw_bytes": len(raw), "wire_sent_bytes": len(frame) - HEADER_SIZE})
-        return ("wire", frame)
+        return WireBlock(frame)
 
     def invalidate(self, keys: list[str]) -> int:
         """Drop these blocks from the hot tier and the warm tier (e.g. their source changed).
@@ -298,7 +295,7 @@ class NodeCache:
                 dropped += self._hot.drop(key)
                 self._fetcher.discard(key)
         if self._coordinator_call is not None and self._sync is not None and keys:
-            dropped += self._coordinator_call("invalidate", list(keys))
+            dropped += self._coordinator_call(CoordinatorAPI.invalidate, list(keys))
             self._sync.known_warm.difference_update(keys)
         return dropped
 
@@ -381,7 +378,7 @@ class NodeCache:
         coordinator = None
         if self._coordinator_call is not None:
             try:
-                coordinator = self._coordinator_call("stats")
+                coordinator = self._coordinator_call(CoordinatorAPI.stats)
             except Exception:  # noqa: BLE001 - the node's own figures are still worth showing
                 log.debug("the coordinator did not answer a stats call", exc_info=True)
         return {"node": self.stats(), "coordinator": coordinator}

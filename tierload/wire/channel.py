@@ -18,9 +18,14 @@ import threading
 import traceback
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
-from typing import Any
+from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 from tierload.errors import ChannelLostError, MethodNotAllowedError, ServiceError, TierloadError
+from tierload.wire.api import api_methods, call_name
+from tierload.wire.messages import ChannelCall
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +47,24 @@ class ChannelServer:
     holds the wrong key never delays another connection.
 
     Args:
-        target: Object whose methods are served.
+        target: Object whose methods are served; it implements ``interface``.
         address: Unix socket path, or a Linux abstract-namespace name (starting with NUL).
         authkey: Shared secret (bytes) clients must present.
         where: Description of the serving process, attached to errors sent back.
-        methods: The names of the methods of ``target`` clients may call (the allow-list);
-            a call to any other name is refused with :class:`MethodNotAllowedError`.
+        interface: The interface (a ``Protocol`` of :mod:`tierload.wire.api`) clients may call:
+            its methods are the allow-list; a call to any other name is refused with
+            :class:`MethodNotAllowedError`.
         handshake_timeout_s: Seconds a new connection has to pass the key handshake.
         max_connections: Open connections at most; more are closed as soon as accepted.
     """
 
-    def __init__(self, target: Any, address: str, authkey: bytes, where: str, methods: frozenset[str], *,
+    def __init__(self, target: Any, address: str, authkey: bytes, where: str, interface: type, *,
                  handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> None:
         self.target = target
         self.address = address
         self.authkey = authkey
         self.where = where
-        self.methods = frozenset(methods)
+        self.methods = api_methods(interface)
         self.handshake_timeout_s = handshake_timeout_s
         self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
@@ -136,26 +142,27 @@ class ChannelServer:
     def _serve(self, conn: Connection) -> None:
         while True:
             try:
-                oneway, method, args, kwargs = conn.recv()
+                call = ChannelCall.received(conn.recv())
             except (EOFError, OSError):
                 return
             except Exception:  # noqa: BLE001 - a message that does not unpickle ends this connection only
                 log.warning("%s: dropped a channel connection that sent a malformed message", self.where,
                             exc_info=True)
                 return
-            reply = self._dispatch(oneway, method, args, kwargs)
-            if not oneway:
+            reply = self._dispatch(call)
+            if not call.oneway:
                 try:
                     conn.send(reply)
                 except (OSError, EOFError):
                     return
 
-    def _dispatch(self, oneway: bool, method: str, args, kwargs) -> tuple[bool, Any]:
+    def _dispatch(self, call: ChannelCall) -> tuple[bool, Any]:
+        method, oneway = call.method, call.oneway
         try:
             if method not in self.methods:
                 raise MethodNotAllowedError(f"{method!r} is not served over this channel; it serves "
                                             f"{', '.join(sorted(self.methods))}", where=self.where)
-            return True, getattr(self.target, method)(*args, **kwargs)
+            return True, getattr(self.target, method)(*call.args, **call.kwargs)
         except Exception as exc:  # noqa: BLE001 - every error goes back to the caller
             error: Exception
             if isinstance(exc, TierloadError):
@@ -246,29 +253,41 @@ class ChannelClient:
             self._pid = os.getpid()
         return self._conn
 
-    def call(self, method: str, *args, **kwargs) -> Any:
-        """Call ``method`` on the node cache and return its result (re-raising its error)."""
+    def call(self, method: Callable[Concatenate[Any, P], R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call ``method`` (an interface's method, e.g. ``NodeCacheAPI.acquire``) on the server and
+        return its answer.
+
+        Raises:
+            ChannelLostError: The server cannot be reached, or went away during the call.
+            TierloadError: The server's own error, re-raised here with its remote traceback.
+        """
+        name = call_name(method)
         with self._process_lock():
             conn = self._connection()
             try:
-                conn.send((False, method, args, kwargs))
+                conn.send(ChannelCall(name, args, kwargs))
                 ok, result = conn.recv()
             except (OSError, EOFError) as exc:
                 self._conn = None
-                raise ChannelLostError(f"the node cache at {self.address} went away during {method}: {exc}") from exc
+                raise ChannelLostError(f"the node cache at {self.address} went away during {name}: {exc}") from exc
         if not ok:
             raise result
         return result
 
-    def notify(self, method: str, *args, **kwargs) -> None:
-        """Send a one-way call (no reply; errors are logged by the server)."""
+    def notify(self, method: Callable[Concatenate[Any, P], None], /, *args: P.args, **kwargs: P.kwargs) -> None:
+        """Send a one-way call of ``method`` (no answer; the server logs its errors).
+
+        Raises:
+            ChannelLostError: The server cannot be reached.
+        """
+        name = call_name(method)
         with self._process_lock():
             conn = self._connection()
             try:
-                conn.send((True, method, args, kwargs))
+                conn.send(ChannelCall(name, args, kwargs, oneway=True))
             except (OSError, EOFError) as exc:
                 self._conn = None
-                raise ChannelLostError(f"the node cache at {self.address} went away during {method}: {exc}") from exc
+                raise ChannelLostError(f"the node cache at {self.address} went away during {name}: {exc}") from exc
 
     def close(self) -> None:
         with self._process_lock():

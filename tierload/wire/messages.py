@@ -12,6 +12,8 @@ both versions instead of a ``KeyError`` deep inside a thread.
     SyncReport           node cache -> coordinator  what the node learned since its last sync
     SyncAnswer           coordinator -> node cache  warm admissions and holder-map changes
     Endpoint             node cache -> consumers  where the cache listens (also as a JSON file)
+    HotBlock, WireBlock  node cache -> consumer   where an acquired block is: a hot level, or its frame
+    ChannelCall          client -> channel server  one call of an interface (tierload.wire.api)
 """
 
 from __future__ import annotations
@@ -238,3 +240,48 @@ class Endpoint(Message):
         endpoint = cls(str(data["address"]), bytes.fromhex(data["authkey"]), str(data["node_id"]),
                        tuple(data["hot_dirs"]), int(data["pid"]), int(data.get("version", 0)))
         return cls.received(endpoint)
+
+
+@dataclass(frozen=True)
+class HotBlock(Message):
+    """An acquired block is in the hot tier: read its file from hot level ``level``.
+
+    Attributes:
+        level: Index of the hot level (fastest first) holding the block's file.
+        version: Shape of this message.
+    """
+
+    level: int
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class WireBlock(Message):
+    """An acquired block the hot tier did not admit: its frame travels with the answer.
+
+    Attributes:
+        frame: The block's frame (:mod:`tierload.frames.blockfile`: header, keyed checksum, codec).
+        version: Shape of this message.
+    """
+
+    frame: bytes = field(repr=False)
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class ChannelCall(Message):
+    """One call sent over the local channel.
+
+    Attributes:
+        method: The interface method's name (:func:`tierload.wire.api.call_name`); the server
+            serves only the names its interface declares.
+        args, kwargs: The call's arguments (messages of this module, or plain values).
+        oneway: No answer is sent back (errors are logged by the server).
+        version: Shape of this message.
+    """
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    oneway: bool = False
+    version: int = 1
