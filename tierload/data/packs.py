@@ -7,7 +7,7 @@ listing in :func:`mixing_order`, so a pack holds objects from across the listing
 members' bytes concatenated; its key derives from every member's URL, version and size, so a
 changed member gives a new key after a refresh and the old manifest's pack fails with
 :class:`tierload.errors.SourceChangedError` like a plain block. The cold read of any block,
-plain or pack, goes through :func:`read_cold`.
+plain or pack, is :mod:`tierload.data.cold_read`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from tierload.config.models import ManifestConfig, TierloadConfig
     from tierload.data.blocks import Block
     from tierload.stores.cold.listing import ObjectInfo
-    from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
 
@@ -291,36 +290,6 @@ def group_objects(objects: Sequence[ObjectInfo], threshold_bytes: int, target_by
     sizes = np.fromiter((obj.size for obj in objects), np.int64, len(objects))
     bounds = cut_runs(sizes, threshold_bytes, target_bytes).tolist()
     return [range(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
-
-
-def cold_requests(block: Block) -> list[tuple[str, str, int, int]]:
-    """The ``(url, version, offset, length)`` ranges that make up ``block``: its byte range, or
-    each of a pack's members whole, in pack order."""
-    members = block.members
-    if members is None:
-        return [(block.url, block.version, block.offset, block.length)]
-    return [(url, version, 0, size) for url, version, size in members.rows()]
-
-
-def read_cold(source: ColdSource, block: Block, tally: dict | None = None) -> bytes:
-    """The raw bytes of ``block`` from the cold tier: one ranged read, or a pack's members concurrently.
-
-    Raises:
-        SourceChangedError: The object (or a pack member) changed since the manifest was built.
-        SourceNotFoundError, EndpointUnreachableError, BackendError, TransientBackendError.
-    """
-    parts = source.read_ranges(cold_requests(block), tally=tally)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-async def read_cold_async(source: ColdSource, block: Block, tally: dict | None = None) -> bytes:
-    """:func:`read_cold` awaitable from any event loop (the node cache's fetch loop).
-
-    Raises:
-        As :func:`read_cold`.
-    """
-    parts = await source.read_ranges_async(cold_requests(block), tally=tally)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 @dataclass(frozen=True)

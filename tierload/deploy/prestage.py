@@ -32,9 +32,9 @@ import numpy as np
 
 from tierload.config.models import TierloadConfig
 from tierload.data.blocks import Block
+from tierload.data.cold_read import cold_requests
 from tierload.data.manifest import Manifest
 from tierload.data.order import epoch_order, resolve_shuffle
-from tierload.data.packs import cold_requests
 from tierload.data.tier_fit import fitting
 from tierload.errors import ConfigError, ServiceError
 from tierload.frames.checksum import checksum

@@ -22,7 +22,7 @@ from typing import Callable, TypeVar
 
 from tierload.config.models import TierloadConfig
 from tierload.data.blocks import Block
-from tierload.data.packs import read_cold
+from tierload.data.cold_read import read_cold
 from tierload.errors import ChannelLostError, IntegrityError, StreamNotOpenError
 from tierload.frames.blockfile import decode_frame, decode_frame_file
 from tierload.frames.checksum_key import deployment_key, node_key

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tierload.data.blocks import Block
-from tierload.data.packs import read_cold, read_cold_async
+from tierload.data.cold_read import read_cold, read_cold_async
 from tierload.stores.cold.source import ColdSource
 
 
