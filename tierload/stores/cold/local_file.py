@@ -1,4 +1,4 @@
-"""Range reads of local files (``file://`` cold tiers): open, ``fstat``, ``pread``.
+"""The cold tier on local files (``file://``): listed with ``os.scandir``, read with open, ``fstat``, ``pread``.
 
 Why not fsspec: its ``info`` and ``cat_file`` cost ~60 us of Python per call, which at 1 KiB
 per object was most of a node cache's epoch 1 (issue 11's profile). The version checked is
@@ -8,16 +8,16 @@ per object was most of a node cache's epoch 1 (issue 11's profile). The version 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from tierload.errors import SourceChangedError, TierloadError
+from tierload.errors import SourceChangedError, SourceNotFoundError, TierloadError
 from tierload.stores.cold.async_reads import check_length
+from tierload.stores.cold.backend import ThreadedBackend, count_read
 from tierload.stores.cold.errors import translate_error
+from tierload.stores.cold.listing import ObjectListing, list_local
 
-
-def count_read(tally: dict, data: bytes) -> None:
-    """Add one GET and ``len(data)`` bytes to ``tally``'s ``cold_gets`` and ``cold_bytes``."""
-    tally["cold_gets"] = tally.get("cold_gets", 0) + 1
-    tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
+if TYPE_CHECKING:
+    from tierload.stores.cold.source import ColdSource
 
 
 def read_local_range(path: str, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
@@ -73,3 +73,25 @@ def read_local_range(path: str, url: str, version: str, offset: int, length: int
         check_length(url, start, start + length, data, size)
     count_read(tally, data)
     return data
+
+
+class LocalBackend(ThreadedBackend):
+    """Local files: a listing by ``os.scandir``, reads checked on the descriptor they read from."""
+
+    def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
+                    spill_dir: str | None) -> ObjectListing:
+        return list_local(root, "file", exclude)
+
+    def list_empty(self, source: ColdSource, root: str, exclude: tuple[str, ...],
+                   listed: ObjectListing) -> ObjectListing:
+        if not os.path.exists(root):
+            # unlike an S3 prefix, a directory exists or not: a typo says so, not "empty"
+            raise SourceNotFoundError(f"the directory {root!r} does not exist; check the path", tier="cold",
+                                      url=source.url)
+        return listed
+
+    def url_of(self, source: ColdSource, path: str) -> str:
+        return f"file://{path}"
+
+    def read_one(self, source: ColdSource, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
+        return read_local_range(source.strip(url), url, version, offset, length, tally)
