@@ -1,8 +1,10 @@
-"""An asyncio event loop on its own daemon thread, for coroutines started from other threads.
+"""Coroutines started from other threads, on the process's one I/O event loop.
 
-Started on first use in each process (never inherited through fork). Starting a coroutine
-from another thread takes no lock on the way in, and many starts between two turns of the
-loop cost one wake-up of the loop, not one each.
+That loop is fsspec's (``fsspec.asyn.get_loop()``, on its daemon thread ``fsspecIO``), the one
+s3fs's client and the S3 fast path run their requests on: a cold miss fetched here awaits its
+GETs directly, never handing them to a second loop and back. One loop per process, made on first
+use (fsspec makes a new one in a forked child). Starting a coroutine from another thread takes no
+lock on the way in, and many starts between two turns of the loop cost one wake-up, not one each.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from fsspec.asyn import get_loop
+
 
 class LoopThread:
-    """A daemon thread that runs one event loop until :meth:`stop`.
+    """Starts coroutines on the process's I/O loop until :meth:`stop`.
 
     Args:
-        name: The thread's name (shown by profilers and ``py-spy``).
+        name: What the coroutines are for (named in the tasks, as ``py-spy`` and asyncio's debug
+            mode show them).
     """
 
     def __init__(self, name: str) -> None:
@@ -30,9 +35,13 @@ class LoopThread:
         self._pending: deque[tuple[Callable[..., Coroutine], tuple]] = deque()
         self._wake_pending = False
         self._tasks: set[asyncio.Task] = set()
+        self._stopped = False
 
     def spawn(self, coroutine_function: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
-        """Run ``coroutine_function(*args)`` as a task on the loop; returns at once, from any thread."""
+        """Run ``coroutine_function(*args)`` as a task on the loop; returns at once, from any thread.
+        Does nothing once :meth:`stop` was called."""
+        if self._stopped:
+            return
         loop = self._running_loop()
         self._pending.append((coroutine_function, args))
         if not self._wake_pending:
@@ -41,17 +50,13 @@ class LoopThread:
             loop.call_soon_threadsafe(self._start_pending)
 
     def stop(self) -> None:
-        """Let the running tasks finish, then end the loop and its thread (returns at once)."""
+        """Start what was already spawned and nothing after; the running tasks finish on the loop,
+        which goes on serving the process's other clients (returns at once)."""
         loop = self._loop
+        self._stopped = True
         if loop is None or self._pid != os.getpid() or loop.is_closed():
             return
-
-        async def finish() -> None:
-            self._start_pending()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            loop.stop()
-
-        loop.call_soon_threadsafe(lambda: loop.create_task(finish()))
+        loop.call_soon_threadsafe(self._start_pending)
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
@@ -62,24 +67,14 @@ class LoopThread:
                 self._pending.clear()  # a forked child does not run its parent's coroutines
                 self._wake_pending = False
                 self._tasks = set()
-                new_loop = asyncio.new_event_loop()
-                threading.Thread(target=self._run, args=(new_loop,), name=self.name, daemon=True).start()
-                self._loop, self._pid = new_loop, os.getpid()
+                self._loop, self._pid = get_loop(), os.getpid()
             return self._loop
-
-    @staticmethod
-    def _run(loop: asyncio.AbstractEventLoop) -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-        finally:
-            loop.close()
 
     def _start_pending(self) -> None:
         self._wake_pending = False
         loop = asyncio.get_running_loop()
         while self._pending:
             coroutine_function, args = self._pending.popleft()
-            task = loop.create_task(coroutine_function(*args))
+            task = loop.create_task(coroutine_function(*args), name=self.name)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
