@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -37,7 +38,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tierload.cache.consumer import DirectSource, NodeLink
 from tierload.cache.messages import Endpoint, StreamPlan
 from tierload.config import TierloadConfig, load_config
-from tierload.dataset_args import check_arguments, config_overrides
+from tierload.dataset_args import check_arguments, check_loader_batch, config_overrides, loader_batch_size
 from tierload.dataset_link import join_stream, register_dataset
 from tierload.epoch_reader import EpochReader
 from tierload.errors import ConfigError, ServiceError
@@ -76,6 +77,7 @@ class TieredDataset(IterableDataset):
         batch_size: The DataLoader's batch size. With ``num_workers > 1`` it lets workers take
             whole batches in turn, so the loader yields the rank's exact order and
             ``len(loader)`` is exact; without it each worker ends with its own partial batch.
+            A DataLoader with another batch size is refused (ConfigError) when it starts iterating.
         drop_last: With several ranks and a sample count that does not divide: False pads by
             repeating the first samples of the epoch's order (like ``DistributedSampler``),
             True drops the remainder. Either way every rank yields the same number of samples.
@@ -306,7 +308,9 @@ class TieredDataset(IterableDataset):
 
     def _iterate(self) -> Iterator[tuple[Any, int]]:
         # A generator, so the reader (which takes the pending resume point) is built at the
-        # first next(), in the process that iterates.
+        # first next(), in the process that iterates: the caller is then the DataLoader's fetcher,
+        # whose batch size must be this dataset's (checked before the resume point is taken).
+        check_loader_batch(self.batch_size, loader_batch_size(sys._getframe(1)))
         reader = EpochReader(self, get_worker_info())
         if reader.info is not None or self._stall.watched:
             yield from reader  # a worker cannot see the loop; tierload.watch() measures it
