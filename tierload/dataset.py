@@ -53,6 +53,7 @@ from tierload.order import (
     samples_per_rank,
 )
 from tierload.packs import manifest_settings
+from tierload.rank_agreement import check_ranks_agree
 from tierload.resume import ResumeTracker
 from tierload.stall import StallMeter, report_epoch, report_progress
 from tierload.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
@@ -108,6 +109,8 @@ class TieredDataset(IterableDataset):
         ConfigError: A bad argument or config value (named in the message).
         BackendError: The cold tier cannot be listed (unreachable endpoint, missing bucket ...).
         ManifestError: The prefix holds no usable samples.
+        ManifestMismatchError: Under ``torch.distributed``, the ranks listed different contents
+            (every rank raises; see :mod:`tierload.rank_agreement`).
     """
 
     def __init__(self, url: str, config: TierloadConfig | Mapping[str, Any] | str | None = None, *,
@@ -153,6 +156,7 @@ class TieredDataset(IterableDataset):
         self._stall = StallMeter(lambda epoch: report_epoch(self, epoch), lambda epoch: report_progress(self, epoch),
                                  self.config.metrics.export_interval_s)
         self._manifest: Manifest | None = None
+        self._ranks_agreed = False  # every rank of the process group holds self._manifest
         self._manifest_path: Path | None = None
         self._endpoint: Endpoint | None = None
         self._link: NodeLink | None = None
@@ -179,6 +183,7 @@ class TieredDataset(IterableDataset):
         settings = manifest_settings(self.config)
         self._manifest = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
         self._manifest_path = cache_path(source, settings, self.layout)
+        self._agree_across_ranks()  # before Ray: ranks that disagree stop here, all of them
         if self.shuffle == "sample" and self._manifest.num_packs:
             log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
                         "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
@@ -195,6 +200,17 @@ class TieredDataset(IterableDataset):
                      dropped)
         self._captured_rank = self._rank_world()
         return self
+
+    def _agree_across_ranks(self) -> None:
+        """Under an initialised process group, check that every rank holds this manifest (once).
+
+        Raises:
+            ManifestMismatchError: The ranks listed different contents (see :mod:`tierload.rank_agreement`).
+        """
+        if self._ranks_agreed or self._manifest is None:
+            return
+        explicit_world = self._explicit_rank[1] if self._explicit_rank is not None else None
+        self._ranks_agreed = check_ranks_agree(self._manifest, self.url, explicit_world)
 
     def _cached_keys(self, source: ColdSource) -> set[str]:
         path = cache_path(source, manifest_settings(self.config), self.layout)
@@ -240,9 +256,19 @@ class TieredDataset(IterableDataset):
         return self._resume.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose order the next iteration yields (same on every rank)."""
+        """Select the epoch whose order the next iteration yields (same on every rank).
+
+        If the dataset started before ``torch.distributed`` was initialised, the ranks' manifests
+        are compared here (a collective: call it on every rank).
+
+        Raises:
+            ConfigError: A negative epoch.
+            ManifestMismatchError: The ranks hold different manifests of the dataset.
+        """
         if int(epoch) < 0:
             raise ConfigError(f"epoch={epoch!r}; it must be >= 0")
+        if get_worker_info() is None:
+            self._agree_across_ranks()
         self._resume.set_epoch(int(epoch))
 
     def _rank_world(self) -> tuple[int, int]:
