@@ -85,3 +85,30 @@ def test_iterating_the_dataset_directly_or_with_an_unbatched_loader_is_not_refus
     direct = [index_of(sample) for sample, _label in dataset]
     unbatched = [index_of(sample) for sample, _label in DataLoader(dataset, batch_size=None)]
     assert sorted(direct) == sorted(unbatched) == list(range(COUNT))
+
+
+@pytest.mark.parametrize("before, after", [(2, 0)])
+def test_a_stateful_loader_state_with_the_mismatch_resumed_under_other_workers(make, before, after):
+    """torchdata's loader state merged into the dataset (the documented way to change num_workers).
+
+    Exact on the old code too (a guard, not a reproduction): the refusal must not turn it into a loss."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    delivered: Counter = Counter()
+    try:
+        first = stateful.StatefulDataLoader(make(batch_size=DATASET_BATCH), batch_size=LOADER_BATCH,
+                                            num_workers=before, collate_fn=collate)
+        iterator = iter(first)
+        for _ in range(CONSUMED):
+            delivered.update(ids(next(iterator)))
+        state = first.state_dict()
+        del iterator
+        resumed = make(batch_size=DATASET_BATCH)
+        resumed.load_state_dict(state)
+        for batch in loader(resumed, LOADER_BATCH, after):
+            delivered.update(ids(batch))
+    except ConfigError as exc:
+        assert not delivered and f"batch_size={LOADER_BATCH}" in str(exc)
+        return
+    missing = sorted(set(range(COUNT)) - set(delivered))
+    twice = sorted(i for i, n in delivered.items() if n > 1)
+    assert not missing and not twice, f"{len(missing)} samples never delivered, {len(twice)} more than once"
