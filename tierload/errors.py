@@ -18,6 +18,7 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     │   ├── CredentialsExpiredError        the cold tier rejected expired credentials
     │   └── TransientBackendError          throttling, reset, 5xx: safe to retry
     ├── ManifestError(ValueError)          the dataset cannot be described (empty prefix, bad layout)
+    │   └── ManifestMismatchError          ranks of one job listed different contents (torch.distributed)
     ├── DecodeError(ValueError)            block bytes do not decode into samples (not an image, bad tar)
     ├── CodecError(ValueError)             bytes do not decode as zstd (a frame decoder makes it IntegrityError)
     └── ServiceError(RuntimeError)         a tierload actor or its local channel failed
@@ -139,6 +140,12 @@ class TransientBackendError(BackendError):
 
 class ManifestError(TierloadError, ValueError):
     """The dataset cannot be described from what the cold prefix holds."""
+
+
+class ManifestMismatchError(ManifestError):
+    """The ranks of one ``torch.distributed`` job hold different manifests of the dataset (e.g. they
+    listed the prefix at different moments, or one reused an older cached listing); the message
+    names every rank's listing (samples, blocks, digest, when it was listed)."""
 
 
 class DecodeError(TierloadError, ValueError):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -50,10 +51,11 @@ from tierload.data.packs import manifest_settings
 from tierload.data.tier_fit import warn_hot_fit_once
 from tierload.errors import ConfigError, ServiceError
 from tierload.loader.consumer import DirectSource, NodeLink
-from tierload.loader.dataset_args import check_arguments, config_overrides
+from tierload.loader.dataset_args import check_arguments, check_loader_batch, config_overrides, loader_batch_size
 from tierload.loader.dataset_link import join_stream, register_dataset
 from tierload.loader.epoch_reader import EpochReader
 from tierload.loader.gpu import DeviceOutput
+from tierload.loader.rank_agreement import check_ranks_agree
 from tierload.loader.resume import ResumeTracker
 from tierload.loader.stall import StallMeter, report_epoch, report_progress
 from tierload.loader.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
@@ -78,6 +80,7 @@ class TieredDataset(IterableDataset):
         batch_size: The DataLoader's batch size. With ``num_workers > 1`` it lets workers take
             whole batches in turn, so the loader yields the rank's exact order and
             ``len(loader)`` is exact; without it each worker ends with its own partial batch.
+            A DataLoader with another batch size is refused (ConfigError) when it starts iterating.
         drop_last: With several ranks and a sample count that does not divide: False pads by
             repeating the first samples of the epoch's order (like ``DistributedSampler``),
             True drops the remainder. Either way every rank yields the same number of samples.
@@ -108,6 +111,8 @@ class TieredDataset(IterableDataset):
         ConfigError: A bad argument or config value (named in the message).
         BackendError: The cold tier cannot be listed (unreachable endpoint, missing bucket ...).
         ManifestError: The prefix holds no usable samples.
+        ManifestMismatchError: Under ``torch.distributed``, the ranks listed different contents
+            (every rank raises; see :mod:`tierload.loader.rank_agreement`).
     """
 
     def __init__(self, url: str, config: TierloadConfig | Mapping[str, Any] | str | None = None, *,
@@ -153,6 +158,7 @@ class TieredDataset(IterableDataset):
         self._stall = StallMeter(lambda epoch: report_epoch(self, epoch), lambda epoch: report_progress(self, epoch),
                                  self.config.metrics.export_interval_s)
         self._manifest: Manifest | None = None
+        self._ranks_agreed = False  # every rank of the process group holds self._manifest
         self._manifest_path: Path | None = None
         self._endpoint: Endpoint | None = None
         self._link: NodeLink | None = None
@@ -179,6 +185,7 @@ class TieredDataset(IterableDataset):
         settings = manifest_settings(self.config)
         self._manifest = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
         self._manifest_path = cache_path(source, settings, self.layout)
+        self._agree_across_ranks()  # before Ray: ranks that disagree stop here, all of them
         if self.shuffle == "sample" and self._manifest.num_packs:
             log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
                         "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
@@ -195,6 +202,17 @@ class TieredDataset(IterableDataset):
                      dropped)
         self._captured_rank = self._rank_world()
         return self
+
+    def _agree_across_ranks(self) -> None:
+        """Under an initialised process group, check that every rank holds this manifest (once).
+
+        Raises:
+            ManifestMismatchError: The ranks listed different contents (see :mod:`tierload.loader.rank_agreement`).
+        """
+        if self._ranks_agreed or self._manifest is None:
+            return
+        explicit_world = self._explicit_rank[1] if self._explicit_rank is not None else None
+        self._ranks_agreed = check_ranks_agree(self._manifest, self.url, explicit_world)
 
     def _cached_keys(self, source: ColdSource) -> set[str]:
         path = cache_path(source, manifest_settings(self.config), self.layout)
@@ -240,9 +258,19 @@ class TieredDataset(IterableDataset):
         return self._resume.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose order the next iteration yields (same on every rank)."""
+        """Select the epoch whose order the next iteration yields (same on every rank).
+
+        If the dataset started before ``torch.distributed`` was initialised, the ranks' manifests
+        are compared here (a collective: call it on every rank).
+
+        Raises:
+            ConfigError: A negative epoch.
+            ManifestMismatchError: The ranks hold different manifests of the dataset.
+        """
         if int(epoch) < 0:
             raise ConfigError(f"epoch={epoch!r}; it must be >= 0")
+        if get_worker_info() is None:
+            self._agree_across_ranks()
         self._resume.set_epoch(int(epoch))
 
     def _rank_world(self) -> tuple[int, int]:
@@ -308,7 +336,9 @@ class TieredDataset(IterableDataset):
 
     def _iterate(self) -> Iterator[tuple[Any, int]]:
         # A generator, so the reader (which takes the pending resume point) is built at the
-        # first next(), in the process that iterates.
+        # first next(), in the process that iterates: the caller is then the DataLoader's fetcher,
+        # whose batch size must be this dataset's (checked before the resume point is taken).
+        check_loader_batch(self.batch_size, loader_batch_size(sys._getframe(1)))
         reader = EpochReader(self, get_worker_info())
         if reader.info is not None or self._stall.watched:
             yield from reader  # a worker cannot see the loop; tierload.watch() measures it

@@ -106,7 +106,7 @@ def _parquet_decoder(manifest: Manifest, label_column: str | None, columns: list
 def _webdataset_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.webdataset import WebDatasetDecoder
 
-    return WebDatasetDecoder()
+    return WebDatasetDecoder(shards=[block.url for block in manifest.blocks])
 
 
 def _npy_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:

@@ -251,20 +251,36 @@ def decode_field(extension: str, data: bytes) -> Any:
 class WebDatasetDecoder:
     """Decodes a block (a run of whole samples of one tar shard) into ``(sample_dict, label)`` pairs.
 
+    A field that appears twice in one sample (``dir/base.txt``, ``dir/base.json``, ``dir/base.txt``)
+    is a :class:`~tierload.errors.DecodeError`: keeping either copy would drop bytes the shard holds.
+
     Args:
         decode: Decode fields by extension (True) or yield every field as ``bytes`` (False).
+        shards: The shard URL of each block, by block index (named in errors); None: unknown.
     """
 
-    def __init__(self, decode: bool = True) -> None:
+    def __init__(self, decode: bool = True, shards: Sequence[str] | None = None) -> None:
         self.decode_fields = decode
+        self.shards = shards
+
+    def _shard(self, block_index: int) -> str | None:
+        shards = self.shards
+        return shards[block_index] if shards is not None and 0 <= block_index < len(shards) else None
 
     def decode(self, block_index: int, data: bytes) -> Sequence[tuple[Any, int]]:
+        """The block's samples in order of each key's first member.
+
+        Raises:
+            DecodeError: The bytes are not a run of tar members, a field does not decode, or a
+                sample holds the same field twice (the message names the shard, key and field).
+        """
         view = memoryview(data)
 
         def read(offset: int, length: int) -> bytes:
             return bytes(view[offset:offset + length])
 
         samples: dict[str, dict[str, Any]] = {}  # by key, in order of first member: members need not be adjacent
+        repeated: tuple[str, str] | None = None  # (key, field) met twice
         try:
             for _start, offset, size, name in walk_members(read, len(data)):
                 parts = split_name(name)
@@ -273,9 +289,17 @@ class WebDatasetDecoder:
                 key, extension = parts
                 raw = read(offset, size)
                 sample = samples.setdefault(key, {"__key__": key})
+                if extension in sample:
+                    repeated = (key, extension)
+                    break
                 sample[extension] = decode_field(extension, raw) if self.decode_fields else raw
         except (ValueError, UnicodeDecodeError) as exc:
-            raise DecodeError(f"block {block_index} is not a readable run of tar members: {exc}") from exc
+            raise DecodeError(f"block {block_index} is not a readable run of tar members: {exc}",
+                              url=self._shard(block_index)) from exc
+        if repeated is not None:
+            raise DecodeError(f"sample {repeated[0]!r} holds field {repeated[1]!r} twice (tar members "
+                              f"{repeated[0]}.{repeated[1]} repeated); one sample has one member per field: "
+                              "rename or remove the duplicate member in the shard", url=self._shard(block_index))
         out = []
         for sample in samples.values():
             label = next((sample[f] for f in LABEL_FIELDS if isinstance(sample.get(f), int)), -1)
