@@ -1,6 +1,6 @@
 """Ray Train's TorchTrainer with TieredDataset: each training worker reads its own slice.
 
-    python examples/ray_train.py --demo                    # local Ray, local S3 server, 2 CPU workers
+    python examples/ray_train.py --demo                    # its own local Ray, local S3 server, 2 CPU workers
     python examples/ray_train.py --url s3://bucket/train --num-workers 8 --use-gpu
 
 Ray Train starts one process per worker and sets up torch.distributed (gloo on CPU, NCCL on
@@ -90,6 +90,11 @@ def main(argv=None) -> None:
             raise SystemExit("give --url (or --demo)")
         print(fit(args.url, num_workers=args.num_workers, epochs=args.epochs, use_gpu=args.use_gpu).metrics)
         return
+    # The demo runs its own local Ray (its S3 server is on this machine's loopback), even where a
+    # Ray head already runs or RAY_ADDRESS names one: resources such as num_cpus can only be given
+    # to a Ray that ray.init starts. Loopback only: Ray keeps 127.0.0.1 with cluster mode off.
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -99,7 +104,8 @@ def main(argv=None) -> None:
 
     with LocalS3() as s3:
         write_npy_dataset(s3.create_bucket("demo"), "demo/rows", 101)
-        ray.init(num_cpus=args.num_workers + 1, include_dashboard=False)
+        ray.init(address="local", num_cpus=args.num_workers + 1, include_dashboard=False,
+                 _node_ip_address="127.0.0.1")
         result = fit("s3://demo/rows", storage_options=s3.storage_options, num_workers=args.num_workers,
                      epochs=args.epochs)
         print(result.metrics)

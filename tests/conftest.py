@@ -42,6 +42,8 @@ def ray_session(tmp_path_factory):
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
     os.environ.setdefault("TIERLOAD_TEST_DNS_GUARD_LOG", str(tmp_path_factory.mktemp("dns-guard") / "events.jsonl"))
+    # tests/rotating_credentials.py logs its calls here (the session's own directory, never a fixed /tmp path).
+    os.environ.setdefault("TIERLOAD_TEST_CREDENTIALS_LOG", str(tmp_path_factory.mktemp("credentials") / "calls.log"))
     ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              object_store_memory=200 * 2**20, namespace="tierload", log_to_driver=False,
              configure_logging=False)

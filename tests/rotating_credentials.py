@@ -2,24 +2,29 @@
 
 Per process: the first call returns the expired key, later calls the fresh one (``rotating``),
 or the expired key every time (``always_expired``). Calls are logged to a file so the test can
-count them across processes.
+count them across processes: :func:`log_path`, in the test session's own temporary directory
+(``conftest.ray_session`` sets :data:`LOG_VARIABLE` before Ray starts, so actors inherit it).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 EXPIRED = "EXPIREDKEYAAAAAAAAAA"
 FRESH = "FRESHKEYBBBBBBBBBBBB"
-LOG = Path(tempfile.gettempdir()) / f"tierload-test-credentials-{os.getuid()}.log"
+LOG_VARIABLE = "TIERLOAD_TEST_CREDENTIALS_LOG"
 _calls = 0
 
 
+def log_path() -> Path:
+    """Where this test session's provider calls are logged (set by ``conftest.ray_session``)."""
+    return Path(os.environ[LOG_VARIABLE])
+
+
 def _record(key: str) -> dict:
-    with open(LOG, "a") as handle:
+    with open(log_path(), "a") as handle:
         handle.write(json.dumps({"pid": os.getpid(), "key": key}) + "\n")
     return {"key": key, "secret": "secret"}
 

@@ -30,20 +30,20 @@ def test_b06_expired_credentials_are_refreshed_once_and_the_read_retried(s3, buc
     """B06: ExpiredToken on GetObject -> the provider is asked once more, the read is retried."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 50, size=100)
-    rotating_credentials.LOG.unlink(missing_ok=True)
+    rotating_credentials.log_path().unlink(missing_ok=True)
     with FaultyS3(s3.endpoint_url) as proxy:
         proxy.faults.expired_access_keys.add(rotating_credentials.EXPIRED)
         config = tier_config(cold={"credential_provider": "rotating_credentials:rotating"})
         dataset = make_dataset(f"s3://{name}/ds", config, layout="files", batch_size=5,
                                storage_options=proxied(s3, proxy))
         assert sorted(indices(dataset, num_workers=2, batch_size=5)) == list(range(50))
-        calls = [json.loads(line) for line in rotating_credentials.LOG.read_text().splitlines()]
+        calls = [json.loads(line) for line in rotating_credentials.log_path().read_text().splitlines()]
         reader_calls = [c for c in calls if c["pid"] != os.getpid()]
         assert [c["key"] for c in reader_calls] == [rotating_credentials.EXPIRED, rotating_credentials.FRESH]
         # Hot hits need no credentials: a second epoch from the hot tier asks for none.
         dataset.set_epoch(1)
         assert sorted(indices(dataset)) == list(range(50))
-        assert len(rotating_credentials.LOG.read_text().splitlines()) == len(calls)
+        assert len(rotating_credentials.log_path().read_text().splitlines()) == len(calls)
 
 
 def test_b06_a_second_expiry_reaches_the_user(s3, bucket, tier_config, make_dataset):

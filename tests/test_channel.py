@@ -7,6 +7,7 @@ and a local Ray with two DataLoader workers while the bad clients hold their con
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import struct
 import tempfile
@@ -38,10 +39,9 @@ class _Target(_EchoAPI):
 
 @pytest.fixture
 def address():
-    path = os.path.join(tempfile.gettempdir(), f"tierload-test-chan-{os.getpid()}.sock")
-    yield path
-    if os.path.exists(path):
-        os.unlink(path)
+    own = tempfile.mkdtemp(prefix="tl-chan-")  # a directory of its own, short enough for a socket path
+    yield os.path.join(own, "chan.sock")
+    shutil.rmtree(own, ignore_errors=True)
 
 
 def _server(address, **kwargs) -> ChannelServer:

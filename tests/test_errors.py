@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -85,12 +86,14 @@ class _Target:
 
 @pytest.fixture
 def channel():
-    address = os.path.join(tempfile.gettempdir(), f"tierload-test-{os.getpid()}.sock")
+    own = tempfile.mkdtemp(prefix="tl-errors-")  # a directory of its own, short enough for a socket path
+    address = os.path.join(own, "chan.sock")
     server = ChannelServer(_Target(), address, b"k" * 32, where="test server", interface=_ServedAPI)
     client = ChannelClient(address, b"k" * 32)
     yield client
     client.close()
     server.close()
+    shutil.rmtree(own, ignore_errors=True)
 
 
 def test_the_channel_hands_errors_back_by_type_with_their_remote_traceback(channel):

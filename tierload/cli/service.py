@@ -16,9 +16,15 @@ _config = click.option("--config", "config_path", type=click.Path(dir_okay=False
                        help="YAML config; jobs must use the same tier settings to find these actors.")
 
 NO_SERVICE = "no tierload service for this configuration; run a job or `tierload serve`"
-NO_CLUSTER_HINT = ("start a Ray head that outlives this command (`ray start --head --node-ip-address 127.0.0.1`), "
-                   "then `tierload serve --address auto`, and run jobs with ray.address: auto; `ray stop` ends it. "
-                   "Without a cluster, each job starts its own node caches")
+# Ray swaps a loopback node IP for the machine's address (and then listens on every interface)
+# unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0; exported, it keeps the head and every process that
+# joins it from that shell on 127.0.0.1 (tests/test_hardness_ray_head.py lists the sockets).
+LOOPBACK_HEAD = "ray start --head --node-ip-address 127.0.0.1 --dashboard-host 127.0.0.1"
+NO_CLUSTER_HINT = ("start a Ray head on loopback only that outlives this command: in one shell, "
+                   f"`export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, `{LOOPBACK_HEAD}`, then "
+                   "`tierload serve --address auto`, and run jobs from that shell with ray.address: auto; "
+                   "`tierload stop --address auto` ends tierload's actors on it (not `ray stop`, which ends every "
+                   "Ray on this machine). Without a cluster, each job starts its own node caches")
 # ANSI: cursor home, then clear to the end of the screen: the next frame overwrites the last in place.
 REDRAW = "\x1b[H\x1b[J"
 

@@ -368,7 +368,7 @@ class Fetcher:
         index, temp = reserved
         try:
             await stream_block_to_file(self._catalog.source_of(key), block, temp, self.secret, tally,
-                                       self._blocking_call)
+                                       self._blocking_call, shared=self.config.hot.shared)
         except OSError as exc:
             if isinstance(exc, TierloadError):  # the cold read failed (tierload's errors are OSErrors too)
                 await self._blocking_call(self._hot.abort_file, index, key, temp)

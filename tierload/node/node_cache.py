@@ -125,7 +125,7 @@ class NodeCache(NodeCacheServiceAPI):
         control_dir(self.hot_dir, create=True)  # beside a read-only hot directory: its lock, endpoint, key
         self._address = channel_address(self.node_id, self.hot_dir)
         ownership = TierOwnership(self.hot_dir, owner_record(self.config, self.hot_dir, self.node_id,
-                                                             self._ray_address))
+                                                             self._ray_address), shared=self.config.hot.shared)
         ownership.acquire()
         self._ownership = ownership
         try:

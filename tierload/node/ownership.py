@@ -34,6 +34,7 @@ from typing import Any
 from tierload.config.models import TierloadConfig
 from tierload.errors import ServiceError, TierInUseError
 from tierload.stores.control_dir import control_dir
+from tierload.stores.dir_trust import file_mode, make_private_dirs
 from tierload.wire.endpoint import read_endpoint
 from tierload.wire.messages import Endpoint, Message
 
@@ -156,13 +157,15 @@ class TierOwnership:
     """The lock that makes this process the one owner of a hot directory.
 
     Args:
-        hot_dir: The hot directory (created if missing).
+        hot_dir: The hot directory (created if missing, owner-only unless ``shared``).
         record: What to publish about this owner.
+        shared: The hot directory is shared on purpose (``hot.shared``): created with the umask.
     """
 
-    def __init__(self, hot_dir: str, record: OwnerRecord) -> None:
+    def __init__(self, hot_dir: str, record: OwnerRecord, *, shared: bool = False) -> None:
         self.path = _lock_path(hot_dir)
         self.record = record
+        self.shared = shared
         self._fd: int | None = None
 
     def acquire(self) -> OwnerRecord | None:
@@ -175,8 +178,8 @@ class TierOwnership:
         Raises:
             TierInUseError: A live process owns the directory.
         """
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
+        make_private_dirs(os.path.dirname(self.path), shared=self.shared)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, file_mode(self.shared)))
         # The lock is held through a read-only descriptor: a file open for writing for the cache's
         # whole life would stop the file system from being remounted read-only (EBUSY).
         fd = os.open(self.path, os.O_RDONLY)

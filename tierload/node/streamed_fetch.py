@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,6 +25,7 @@ from tierload.frames.blockfile import HEADER_SIZE, raw_frame_header
 from tierload.frames.checksum import IncrementalChecksum
 from tierload.stores.cold.async_reads import split_range
 from tierload.stores.cold.source import ColdSource
+from tierload.stores.dir_trust import open_new_file
 
 # One chunk arriving while the one before it is hashed and written: the network and the disk
 # overlap, and memory holds two requests' bytes (2 x cold.max_request_bytes) per streamed block.
@@ -57,7 +59,7 @@ def _write_header(handle: BinaryIO, header: bytes) -> None:
 
 
 async def stream_block_to_file(source: ColdSource, block: Block, path: Path, secret: bytes | None,
-                               tally: dict, blocking: Blocking) -> int:
+                               tally: dict, blocking: Blocking, *, shared: bool = False) -> int:
     """Write ``block``'s raw frame to ``path``, reading the cold tier a request at a time.
 
     Args:
@@ -67,6 +69,7 @@ async def stream_block_to_file(source: ColdSource, block: Block, path: Path, sec
         secret: The deployment's checksum key (None: unkeyed xxh3-64).
         tally: ``cold_gets``, ``cold_bytes`` and the retry counters are increased as by a read.
         blocking: Runs the file writes and the hashing off the event loop.
+        shared: The hot tier is shared on purpose (the file is created with the umask, not 0600).
 
     Returns:
         The checksum of the block's bytes (as :func:`tierload.frames.checksum.checksum` of them all).
@@ -78,7 +81,7 @@ async def stream_block_to_file(source: ColdSource, block: Block, path: Path, sec
     """
     digest = IncrementalChecksum(secret)
     parts = split_range(block.offset, block.length, source.config.max_request_bytes)
-    handle = await blocking(open, path, "wb")
+    handle = await blocking(partial(open_new_file, path, shared=shared))
     pending: list[asyncio.Future] = []
     try:
         await blocking(handle.write, bytes(HEADER_SIZE))  # the header's place, written last

@@ -9,6 +9,12 @@ what is not theirs there). The same rule as OpenSSH's ``StrictModes`` for ``~/.s
 
 A directory shared on purpose (a team's warm tier on a group-writable mount) is accepted
 when the config says so: ``hot.shared: true`` or ``warm.shared: true``.
+
+Everything tierload creates in or for a tier (the tier directory and its missing parents, its
+sub-directories, blocks, temporary files, lock, endpoint, socket and key copy) is made here or
+with the modes given here: directories 0700 and files 0600, or the process's umask where the
+tier is shared on purpose. They are set when the path is created, never afterwards, so no
+other user can open one in between.
 """
 
 from __future__ import annotations
@@ -16,12 +22,66 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from tierload.errors import UntrustedDirError
 
-__all__ = ["make_tier_dir"]
+__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "dir_mode", "file_mode", "make_private_dirs", "make_tier_dir",
+           "open_new_file"]
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def dir_mode(shared: bool) -> int:
+    """The mode to create a tier's directory with: 0700, or 0777 (less the umask) if ``shared``."""
+    return 0o777 if shared else PRIVATE_DIR_MODE
+
+
+def file_mode(shared: bool) -> int:
+    """The mode to create a tier's file with: 0600, or 0666 (less the umask) if ``shared``."""
+    return 0o666 if shared else PRIVATE_FILE_MODE
+
+
+def make_private_dirs(path: str | os.PathLike, *, shared: bool = False) -> None:
+    """Create the directory ``path`` and each missing parent with :func:`dir_mode` (existing ones untouched).
+
+    Args:
+        path: The directory.
+        shared: The tier is shared on purpose (the process's umask decides the modes).
+
+    Raises:
+        OSError: A directory cannot be created (a parent is a file, read-only, no permission).
+    """
+    path = Path(path)
+    missing = [part for part in (path, *path.parents) if not part.exists()]
+    for part in reversed(missing):
+        try:
+            part.mkdir(mode=dir_mode(shared))
+        except FileExistsError:
+            pass  # made meanwhile by another process
+
+
+def open_new_file(path: str | os.PathLike, *, shared: bool = False, exclusive: bool = False) -> BinaryIO:
+    """Open ``path`` for writing (binary, truncated), created with :func:`file_mode` if missing.
+
+    Args:
+        path: The file, in a tier directory.
+        shared: The tier is shared on purpose.
+        exclusive: Fail if it exists (``O_EXCL``).
+
+    Raises:
+        FileExistsError: ``exclusive`` and it exists.
+        OSError: It cannot be created or opened.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_EXCL if exclusive else 0)
+    descriptor = os.open(path, flags, file_mode(shared))
+    try:
+        return os.fdopen(descriptor, "wb")
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 def make_tier_dir(path: Path, *, tier: str, shared: bool) -> None:
@@ -37,15 +97,9 @@ def make_tier_dir(path: Path, *, tier: str, shared: bool) -> None:
         UntrustedDirError: Another user owns ``path`` or a parent, or group/others may write it.
         OSError: The directory cannot be created.
     """
+    make_private_dirs(path, shared=shared)  # one made meanwhile by another process is checked below
     if shared:
-        path.mkdir(parents=True, exist_ok=True)
         return
-    missing = [part for part in (path, *path.parents) if not part.exists()]
-    for part in reversed(missing):
-        try:
-            part.mkdir(mode=0o700)
-        except FileExistsError:
-            pass  # made meanwhile by another process: checked below like any existing directory
     me = os.geteuid()
     _check(path, tier, me, leaf=True)
     for parent in path.parents:

@@ -16,10 +16,11 @@ import logging
 import os
 import secrets
 from pathlib import Path
+from typing import BinaryIO
 
 from tierload.errors import BackendError
 from tierload.stores.base import BlockStore
-from tierload.stores.dir_trust import make_tier_dir
+from tierload.stores.dir_trust import dir_mode, make_private_dirs, make_tier_dir, open_new_file
 from tierload.stores.keys import check_key
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,12 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _mark(root: Path) -> None:
+def _mark(root: Path, shared: bool) -> None:
     """Leave :data:`TIER_MARKER` in ``root`` (a read-only directory keeps none: it still works as a tier)."""
     marker = root / TIER_MARKER
     if not marker.exists():
         try:
-            marker.touch()
+            open_new_file(marker, shared=shared).close()
         except OSError:
             pass
 
@@ -78,10 +79,11 @@ class LocalDirStore(BlockStore):
         self.root = Path(os.path.expanduser(str(root))).resolve()
         self.url = str(self.root)
         self.tier = tier
+        self.shared = shared
         try:
             if check:
                 make_tier_dir(self.root, tier=tier, shared=shared)
-            (self.root / _TMP).mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.root / _TMP, shared=shared)
         except OSError as exc:
             if not self.root.is_dir():
                 raise BackendError(f"cannot create the {tier} tier directory: {exc}", tier=tier,
@@ -92,7 +94,7 @@ class LocalDirStore(BlockStore):
             # would otherwise go unsaid until the first refused write (access(2) reports EROFS).
             if check and not os.access(self.root / _TMP, os.W_OK):
                 _warn_not_writable(tier, self.url, "read-only file system or no write permission")
-        _mark(self.root)
+        _mark(self.root, shared)
 
     @property
     def local_path(self) -> Path:
@@ -126,6 +128,15 @@ class LocalDirStore(BlockStore):
         check_key(key)
         return self.root / _TMP / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
 
+    def open_temp(self, temp: Path) -> BinaryIO:
+        """Open the temporary file ``temp`` (from :meth:`temp_path`) for writing, created with this
+        tier's file mode (0600 unless shared on purpose, :mod:`tierload.stores.dir_trust`).
+
+        Raises:
+            OSError: It cannot be created.
+        """
+        return open_new_file(temp, shared=self.shared)
+
     def install(self, key: str, temp: Path) -> None:
         """Rename a complete temporary file (from :meth:`temp_path`) into place as ``key``'s file.
 
@@ -134,7 +145,7 @@ class LocalDirStore(BlockStore):
         """
         final = self.path(key)
         try:
-            final.parent.mkdir(exist_ok=True)
+            final.parent.mkdir(mode=dir_mode(self.shared), exist_ok=True)
             os.replace(temp, final)
         except OSError as exc:
             self.discard_temp(temp)
@@ -153,8 +164,8 @@ class LocalDirStore(BlockStore):
         final = self.path(key)
         tmp = self.temp_path(key)
         try:
-            final.parent.mkdir(exist_ok=True)
-            with open(tmp, "wb") as handle:
+            final.parent.mkdir(mode=dir_mode(self.shared), exist_ok=True)
+            with self.open_temp(tmp) as handle:
                 handle.write(data)
             os.replace(tmp, final)
         except OSError as exc:

@@ -21,6 +21,7 @@ from multiprocessing.connection import Client, Connection, answer_challenge, del
 from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 from tierload.errors import ChannelLostError, MethodNotAllowedError, ServiceError, TierloadError
+from tierload.stores.dir_trust import PRIVATE_FILE_MODE
 from tierload.wire.api import api_methods, call_name
 from tierload.wire.messages import ChannelCall
 
@@ -72,6 +73,8 @@ class ChannelServer:
             os.unlink(address)  # a stale socket of a dead actor on the same path
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.bind(address)
+        if not _is_abstract(address):  # bind(2) applies the umask; owner-only like the endpoint file beside it
+            os.chmod(address, PRIVATE_FILE_MODE)
         self._socket.listen(_LISTEN_BACKLOG)
         self._closed = False
         self._open: set[Connection] = set()  # authenticated connections, hung up on by close()
