@@ -16,13 +16,19 @@ def check_dataset_url(url: object) -> None:
 
     Raises:
         ConfigError: Not a string, or no ``scheme://``; for a bare path the message gives the
-            ``file://`` URL of that path.
+            ``file://`` URL of that path, or for a relative name that exists nowhere here
+            (``bucket/train``) its ``s3://`` URL.
     """
     if not isinstance(url, str):
         raise ConfigError(f"url={url!r}: give the dataset prefix as a URL string, e.g. s3://bucket/train")
     if "://" not in url:
-        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train, or "
-                          f"file://{os.path.abspath(os.path.expanduser(url))} for that local directory")
+        local = os.path.abspath(os.path.expanduser(url))
+        if url.startswith(("/", "~", ".")) or os.path.exists(local):
+            raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train, or "
+                              f"file://{local} for that local directory")
+        # A relative name that is nothing here: far more often a bucket named without its scheme.
+        raise ConfigError(f"url={url!r} has no scheme: give s3://{url.lstrip('/')} for that bucket and prefix "
+                          f"(there is no local directory {local}; a local one is file:///path/to/dir)")
 
 
 def check_arguments(url: str, shuffle: bool | str, batch_size: int | None, layout: str | None,

@@ -8,6 +8,8 @@ exactly as the process that read the configuration would.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import re
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from typing import Any
 import fsspec
 
 from tierload.config import ColdConfig
+from tierload.errors import ConfigError
 from tierload.stores import aws_chain
 
 _DUPLICATE_SLASHES = re.compile(r"/{2,}")
@@ -60,12 +63,18 @@ def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[
     ``client_kwargs.region_name`` > ``AWS_REGION`` > ``AWS_DEFAULT_REGION``. The resolved values
     are shipped to every process (DataLoader workers, actors on other nodes), so no process
     falls back to AWS because its environment differs.
+
+    Raises:
+        ConfigError: A key s3fs does not take, or an endpoint without ``http://``/``https://``.
     """
     env = os.environ if environ is None else environ
+    check_s3_option_names(config.storage_options)
     options = dict(config.storage_options)
     client_kwargs = dict(options.pop("client_kwargs", {}) or {})
-    endpoint = (config.endpoint_url or client_kwargs.get("endpoint_url") or env.get("AWS_ENDPOINT_URL_S3")
-                or env.get("AWS_ENDPOINT_URL"))
+    endpoint = _checked_endpoint(
+        ("cold.endpoint_url", config.endpoint_url),
+        ("cold.storage_options.client_kwargs.endpoint_url", client_kwargs.get("endpoint_url")),
+        ("AWS_ENDPOINT_URL_S3", env.get("AWS_ENDPOINT_URL_S3")), ("AWS_ENDPOINT_URL", env.get("AWS_ENDPOINT_URL")))
     region = (config.region or client_kwargs.get("region_name") or env.get("AWS_REGION")
               or env.get("AWS_DEFAULT_REGION"))
     if endpoint:
@@ -83,6 +92,54 @@ def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[
     if config.anon:
         options["anon"] = True
     return options
+
+
+# Keys s3fs takes besides its own parameters: fsspec's listing cache and instance cache, and the
+# profile tierload turns into a botocore session (tierload.stores.cold); the rest goes to aiobotocore's
+# AioSession, whose own parameters are read from its signature.
+_S3_EXTRA_OPTIONS = ("use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache", "profile")
+
+
+def s3_option_names() -> frozenset[str]:
+    """The ``storage_options`` keys s3fs accepts (anything else fails its first request)."""
+    import s3fs
+    from aiobotocore.session import AioSession
+
+    names = {name for cls in (s3fs.S3FileSystem, AioSession)
+             for name, parameter in inspect.signature(cls.__init__).parameters.items()
+             if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)}
+    return frozenset(names | set(_S3_EXTRA_OPTIONS))
+
+
+def check_s3_option_names(storage_options: dict[str, Any]) -> None:
+    """Refuse a key of ``cold.storage_options`` that s3fs does not take (a typo).
+
+    Raises:
+        ConfigError: Naming the key and the nearest known ones.
+    """
+    known = s3_option_names()
+    for name in storage_options:
+        if name not in known:
+            near = difflib.get_close_matches(str(name), sorted(known), n=3)
+            hint = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else \
+                f"s3fs takes {', '.join(sorted(known))}"
+            raise ConfigError(f"cold.storage_options has the key {name!r}, which s3fs does not take: {hint}")
+
+
+def _checked_endpoint(*named: tuple[str, str | None]) -> str | None:
+    """The first endpoint set among ``named`` (setting, value), checked to be an ``http(s)://`` URL.
+
+    Raises:
+        ConfigError: An endpoint without a scheme (``127.0.0.1:9000``), naming where it was set.
+    """
+    for setting, value in named:
+        if not value:
+            continue
+        if not str(value).startswith(("http://", "https://")):
+            raise ConfigError(f"{setting}={value!r} is not a URL: give the scheme too, e.g. http://{value} "
+                              f"(or https://{value} for TLS)")
+        return str(value)
+    return None
 
 
 @dataclass(frozen=True)
