@@ -8,6 +8,7 @@ exc``), and the retry layer (:mod:`tierload.stores.retry`) classifies the result
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Iterator
 
@@ -52,6 +53,12 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     mistake = _setup_mistake(exc, names, url)
     if mistake is not None:
         return mistake
+    if any(isinstance(cause, OSError) and cause.errno == errno.EMFILE for cause in exception_chain(exc)):
+        from tierload.stores.open_files import open_files_limit, open_files_now
+
+        return BackendError(f"too many open files: this process may open {open_files_limit()} (RLIMIT_NOFILE) and "
+                            f"has {open_files_now()} open; raise the limit (ulimit -n) or lower cold.max_in_flight",
+                            tier="cold", url=url)
     if names & {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
                 "ConnectionRefusedError", "ServerDisconnectedError", "gaierror"} and not code:
         return EndpointUnreachableError(f"cannot reach the cold tier's endpoint: {text}", tier="cold", url=url)

@@ -20,6 +20,7 @@ import fsspec
 from tierload.config import ColdConfig
 from tierload.errors import ConfigError
 from tierload.stores import aws_chain
+from tierload.stores.open_files import process_in_flight
 
 _DUPLICATE_SLASHES = re.compile(r"/{2,}")
 
@@ -87,7 +88,7 @@ def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[
     # One retry layer (tierload.stores.retry): botocore's own would multiply the requests.
     config_kwargs["retries"] = {"total_max_attempts": 1, "mode": "standard"}
     # botocore's pool (10 connections by default) would otherwise queue the requests in flight.
-    config_kwargs.setdefault("max_pool_connections", config.max_in_flight)
+    config_kwargs.setdefault("max_pool_connections", process_in_flight(config.max_in_flight))
     options.update(client_kwargs=client_kwargs, config_kwargs=config_kwargs)
     if config.anon:
         options["anon"] = True
