@@ -54,7 +54,8 @@ def test_relative_tier_paths_land_where_the_training_process_named_them(make_dat
         assert not [path for path in strays if path.exists()], "tier files under Ray's workers' directory"
         # Resolved once, where the config was read: what travels to the actors is absolute.
         assert config.hot.dir == str(job / hot)
-        assert config.warm.url == f"file://{job / warm}"
+        assert config.warm.url == str(job / warm)
+        assert load_config({"warm": {"url": f"file://{warm}"}}).warm.url == f"file://{job / warm}"
         assert config.manifest.cache_dir == str(job / manifests)
     finally:
         for path in strays:  # the defect's own litter, if any

@@ -30,15 +30,16 @@ def _bytes_field(value: Any, info) -> int:
     return parse_bytes(value, field=info.field_name)
 
 
-def absolute_local(value: str | None, *, as_url: bool = False) -> str | None:
+def absolute_local(value: str | None) -> str | None:
     """A relative local path made absolute against this process's working directory.
 
     Tier paths travel to other processes (Ray actors, DataLoader workers) whose working
-    directory differs, so a relative one is resolved once, where the configuration is read:
-    ``hot`` becomes ``/job/dir/hot``, and with ``as_url`` (a tier URL) ``warm`` or
-    ``file://warm`` becomes ``file:///job/dir/warm``. Absolute paths, ``~`` paths (the same
-    home in every process of the user), other URLs (``s3://...``), None and ``""`` (refused
-    with its key by :func:`tierload.tier_dirs.check_apart`) are returned as they are.
+    directory differs, so a relative one is resolved once, where the configuration is read, in
+    the form it was given: ``hot`` becomes ``/job/dir/hot`` and ``file://warm`` becomes
+    ``file:///job/dir/warm`` (so a directory named both ways by two jobs stays spelled as each
+    would spell its absolute path). Absolute paths, ``~`` paths (the same home in every process
+    of the user), other URLs (``s3://...``), None and ``""`` (refused with its key by
+    :func:`tierload.tier_dirs.check_apart`) are returned as they are.
     """
     if not value or not value.strip():
         return value
@@ -49,7 +50,7 @@ def absolute_local(value: str | None, *, as_url: bool = False) -> str | None:
     if path.startswith(("/", "~")):
         return value
     absolute = os.path.abspath(path)
-    return f"file://{absolute}" if separator or as_url else absolute
+    return f"file://{absolute}" if separator else absolute
 
 
 class ColdConfig(_Frozen):
@@ -115,7 +116,7 @@ class WarmConfig(_Frozen):
     @field_validator("url")
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
-        return absolute_local(value, as_url=True)
+        return absolute_local(value)
 
 
 class HotConfig(_Frozen):
