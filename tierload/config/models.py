@@ -28,6 +28,29 @@ def _bytes_field(value: Any, info) -> int:
     return parse_bytes(value, field=info.field_name)
 
 
+def absolute_local(value: str | None) -> str | None:
+    """A relative local path made absolute against this process's working directory.
+
+    Tier paths travel to other processes (Ray actors, DataLoader workers) whose working
+    directory differs, so a relative one is resolved once, where the configuration is read, in
+    the form it was given: ``hot`` becomes ``/job/dir/hot`` and ``file://warm`` becomes
+    ``file:///job/dir/warm`` (so a directory named both ways by two jobs stays spelled as each
+    would spell its absolute path). Absolute paths, ``~`` paths (the same home in every process
+    of the user), other URLs (``s3://...``), None and ``""`` (refused with its key by
+    :func:`tierload.config.tier_dirs.check_apart`) are returned as they are.
+    """
+    if not value or not value.strip():
+        return value
+    scheme, separator, rest = value.partition("://")
+    if separator and scheme != "file":
+        return value
+    path = rest if separator else value
+    if path.startswith(("/", "~")):
+        return value
+    absolute = os.path.abspath(path)
+    return f"file://{absolute}" if separator else absolute
+
+
 class ColdConfig(_Frozen):
     """How to reach the cold tier (S3 or any fsspec object store). Read-only.
 
@@ -88,6 +111,11 @@ class WarmConfig(_Frozen):
 
     _parse_sizes = field_validator("capacity_bytes", mode="before")(_bytes_field)
 
+    @field_validator("url")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        return absolute_local(value)
+
 
 class HotConfig(_Frozen):
     """The node-local hot tier: a directory, plus an optional RAM level.
@@ -120,7 +148,7 @@ class HotConfig(_Frozen):
     @field_validator("dir")
     @classmethod
     def _per_user(cls, value: str) -> str:
-        return value.replace("{uid}", str(os.geteuid()))
+        return absolute_local(value.replace("{uid}", str(os.geteuid()))) or value
 
 
 class PrefetchConfig(_Frozen):
@@ -228,6 +256,11 @@ class ManifestConfig(_Frozen):
 
     _parse_sizes = field_validator("block_bytes", "pack_threshold_bytes", "pack_target_bytes",
                                    mode="before")(_bytes_field)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        return absolute_local(value) or value
 
     @field_validator("layout")
     @classmethod

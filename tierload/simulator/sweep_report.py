@@ -21,9 +21,11 @@ def sweep_to_json(sweep: Sweep) -> dict[str, Any]:
                **p.result.to_dict()} for p in sweep.points]
     accesses = max(sweep.setup["accesses"], 1)
     return {"setup": sweep.setup, "tier": sweep.tier, "capacities_bytes": sweep.capacities, "shares": sweep.shares,
+            # MIN is the hot tier's alone: a warm sweep has none (an empty list, not a failed zip).
             "min": [{"capacity_bytes": c, "hot_hit_ratio": hits / accesses,
                      "s3_bytes_per_epoch": _per_epoch(sweep, cold)}
-                    for c, hits, cold in zip(sweep.capacities, sweep.min_hits, sweep.min_cold_bytes, strict=True)],
+                    for c, hits, cold in zip(sweep.capacities, sweep.min_hits, sweep.min_cold_bytes, strict=True)]
+            if sweep.min_hits else [],
             "knee": {policy: sweep.knee(policy).capacity_bytes for policy in sweep.policies},
             "cheapest": {policy: (cheap.capacity_bytes if (cheap := sweep.cheapest(policy)) else None)
                          for policy in sweep.policies},
@@ -77,8 +79,42 @@ def require_matplotlib() -> None:
                                      package="matplotlib", extra="bench") from None
 
 
+# Each policy's own line style and marker, so curves that coincide stay told apart.
+_LINESTYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def coinciding(values: dict[str, list]) -> list[list[str]]:
+    """Groups (of two or more) of the names in ``values`` whose values are equal, in ``values``' order."""
+    groups: dict[str, list[str]] = {}
+    for name, points in values.items():
+        groups.setdefault(repr(points), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _same(names: list[str]) -> str:
+    return " = ".join(names)
+
+
 def plot_sweep(sweep: Sweep, path: str, title: str | None = None) -> None:
     """Write the sweep as a PNG: S3 bytes per epoch, hit ratio (and dollars) against capacity.
+
+    Raises:
+        MissingDependencyError: matplotlib is not installed (it comes with the ``bench`` extra).
+    """
+    import matplotlib.pyplot as plt
+
+    figure = draw_sweep(sweep, title)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def draw_sweep(sweep: Sweep, title: str | None = None) -> Any:
+    """The sweep's chart as a matplotlib ``Figure`` (the caller saves and closes it).
+
+    Each policy has its own line style and marker, and its knee (a large marker of the policy's
+    shape, outlined in black) is drawn smaller the later the policy comes, so equal curves and
+    knees at one point stay visible; the legend says which curves and which knees coincide.
 
     Raises:
         MissingDependencyError: matplotlib is not installed (it comes with the ``bench`` extra).
@@ -88,38 +124,54 @@ def plot_sweep(sweep: Sweep, path: str, title: str | None = None) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     priced = any(p.usd_per_run is not None for p in sweep.points)
     panels = 3 if priced else 2
     figure, axes = plt.subplots(panels, 1, figsize=(8, 3.2 * panels), sharex=True)
     share = [100 * s for s in sweep.shares]
     gib = 2**30
-    for policy in sweep.policies:
+    policies = sweep.policies
+    knees = {policy: sweep.knee(policy) for policy in policies}
+    for index, policy in enumerate(policies):
         line = sweep.line(policy)
-        drawn = axes[0].plot(share, [_per_epoch(sweep, p.result.cold_bytes) / gib for p in line], marker="o",
-                             label=policy)[0]
-        axes[1].plot(share, [100 * p.result.hot_hit_ratio for p in line], marker="o", color=drawn.get_color())
-        knee = sweep.knee(policy)
+        style = {"linestyle": _LINESTYLES[index % len(_LINESTYLES)], "marker": _MARKERS[index % len(_MARKERS)],
+                 "markersize": max(9 - 1.5 * index, 3), "markerfacecolor": "none" if index % 2 else None}
+        drawn = axes[0].plot(share, [_per_epoch(sweep, p.result.cold_bytes) / gib for p in line], label=policy,
+                             **style)[0]
+        style["color"] = drawn.get_color()
+        axes[1].plot(share, [100 * p.result.hot_hit_ratio for p in line], **style)
+        knee = knees[policy]
         at = 100 * knee.capacity_bytes / sweep.setup["working_set_bytes"]
-        axes[0].plot([at], [_per_epoch(sweep, knee.result.cold_bytes) / gib], marker="*", markersize=16,
-                     color=drawn.get_color(), markeredgecolor="black")
+        axes[0].plot([at], [_per_epoch(sweep, knee.result.cold_bytes) / gib], marker=style["marker"],
+                     markersize=max(18 - 3 * index, 6), color=drawn.get_color(), markeredgecolor="black",
+                     linestyle="none", zorder=3 + index)
         if priced:
-            axes[2].plot(share, [p.usd_per_run for p in line], marker="o", color=drawn.get_color())
+            axes[2].plot(share, [p.usd_per_run for p in line], **style)
             cheapest = sweep.cheapest(policy)
             if cheapest is not None:
                 axes[2].plot([100 * cheapest.capacity_bytes / sweep.setup["working_set_bytes"]],
-                             [cheapest.usd_per_run], marker="v", markersize=13, color=drawn.get_color(),
-                             markeredgecolor="black")
+                             [cheapest.usd_per_run], marker="v", markersize=max(15 - 2 * index, 5),
+                             color=drawn.get_color(), markeredgecolor="black", linestyle="none", zorder=3 + index)
     if sweep.min_hits:
         accesses = max(sweep.setup["accesses"], 1)
         if sweep.setup.get("warm_policy") is None:  # with a warm tier, MIN's misses are no floor of S3 reads
             axes[0].plot(share, [_per_epoch(sweep, c) / gib for c in sweep.min_cold_bytes], "k--", label="MIN")
         axes[1].plot(share, [100 * h / accesses for h in sweep.min_hits], "k--", label="MIN")
+    # What the eye cannot tell apart, the legend says: equal curves and knees at one point.
+    same_curves = coinciding({policy: [(p.result.cold_bytes, p.result.hot_hits) for p in sweep.line(policy)]
+                              for policy in policies})
+    same_knees = coinciding({policy: [knees[policy].capacity_bytes, knees[policy].result.cold_bytes]
+                             for policy in policies})
+    notes = [f"curves coincide: {_same(names)}" for names in same_curves]
+    notes += [f"knees at one point: {_same(names)}" for names in same_knees]
+    handles, _ = axes[0].get_legend_handles_labels()
+    handles += [Line2D([], [], linestyle="none", label=note) for note in notes]
     axes[0].set_ylabel("S3 GiB per epoch")
     axes[1].set_ylabel("hot hit ratio (%)")
     if priced:
         axes[2].set_ylabel("$ per training run")
     axes[-1].set_xlabel(f"{sweep.tier} tier capacity ({'per node, ' if sweep.tier == 'hot' else ''}% of the data)")
-    axes[0].legend(title="* knee: within 5% of the best", fontsize="small")
+    axes[0].legend(handles=handles, title="big marker: knee, within 5% of the best", fontsize="small")
     if sweep.min_hits:
         axes[1].legend(fontsize="small")  # names the dashed line: Belady's MIN, the hot tier alone
     if priced:
@@ -129,5 +181,4 @@ def plot_sweep(sweep: Sweep, path: str, title: str | None = None) -> None:
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    return figure

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierload.errors import CredentialsExpiredError, SourceChangedError, TransientBackendError
 from tierload.stores.cold.errors import error_code, exception_chain, translate_error
+from tierload.stores.cold.open_files import process_in_flight
 from tierload.stores.cold.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
 from tierload.stores.cold.s3fast import s3_lean
 from tierload.stores.cold.s3fast.http_pool import ConnectionPool, shared_pool
@@ -193,7 +194,7 @@ class S3RangeReader:
         queue); failures as :class:`_FailedRequest`."""
         limit = self._limit
         if limit is None:
-            limit = self._limit = _in_flight_limit(self._source.config.max_in_flight)
+            limit = self._limit = _in_flight_limit(process_in_flight(self._source.config.max_in_flight))
         token = await limit.acquire(retry)
         outcome: Failure | None = Failure.FINAL
         tally["cold_gets"] = tally.get("cold_gets", 0) + 1
@@ -240,7 +241,7 @@ class S3RangeReader:
             try:
                 pool = self._pool
                 if pool is None:
-                    pool = self._pool = shared_pool(config.max_in_flight)
+                    pool = self._pool = shared_pool(process_in_flight(config.max_in_flight))
                 return await s3_lean.get(route, pool, key, start, end, if_match)
             except s3_lean.WrongRegionError as exc:
                 await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))

@@ -8,11 +8,14 @@ exc``), and the retry layer (:mod:`tierload.stores.cold.retry`) classifies the r
 
 from __future__ import annotations
 
+import errno
+import re
 from collections.abc import Iterator
 
 from tierload.errors import (
     BackendError,
     BucketNotFoundError,
+    ConfigError,
     CredentialsExpiredError,
     EndpointUnreachableError,
     SourceChangedError,
@@ -37,12 +40,25 @@ def error_code(exc: BaseException) -> str:
 
 
 def translate_error(exc: BaseException, url: str) -> TierloadError:
-    """Map an s3fs/botocore/aiohttp/OS error to the matching tierload error type."""
+    """Map an s3fs/botocore/aiohttp/OS error to the matching tierload error type.
+
+    Setup mistakes the SDK words its own way (no credentials, an option it does not take, an
+    endpoint without a scheme) become a :class:`ConfigError` that names the value and the fix.
+    """
     if isinstance(exc, TierloadError):
         return exc
     code = error_code(exc)
     text = str(exc)
     names = {type(c).__name__ for c in exception_chain(exc)}
+    mistake = _setup_mistake(exc, names, url)
+    if mistake is not None:
+        return mistake
+    if any(isinstance(cause, OSError) and cause.errno == errno.EMFILE for cause in exception_chain(exc)):
+        from tierload.stores.cold.open_files import open_files_limit, open_files_now
+
+        return BackendError(f"too many open files: this process may open {open_files_limit()} (RLIMIT_NOFILE) and "
+                            f"has {open_files_now()} open; raise the limit (ulimit -n) or lower cold.max_in_flight",
+                            tier="cold", url=url)
     if names & {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
                 "ConnectionRefusedError", "ServerDisconnectedError", "gaierror"} and not code:
         return EndpointUnreachableError(f"cannot reach the cold tier's endpoint: {text}", tier="cold", url=url)
@@ -66,6 +82,28 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
         return BackendError(f"access denied by the cold tier ({code or 'permission'}): {text}", tier="cold",
                             url=url)
     return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
+
+
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+def _setup_mistake(exc: BaseException, names: set[str], url: str) -> ConfigError | None:
+    """A first-use mistake the SDK reports in its own words, as a :class:`ConfigError` with the fix."""
+    if names & {"NoCredentialsError", "PartialCredentialsError"}:
+        return ConfigError("no AWS credentials found for the cold tier: set AWS_ACCESS_KEY_ID and "
+                           "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), pass storage_options={'key': ..., 'secret': ...}"
+                           " (cold.storage_options), or cold.anon: true for a public bucket", tier="cold", url=url)
+    for cause in exception_chain(exc):
+        unexpected = _UNEXPECTED_KEYWORD.search(str(cause)) if isinstance(cause, TypeError) else None
+        if unexpected:
+            return ConfigError(f"the S3 client does not take the option {unexpected.group(1)!r} (from "
+                               "cold.storage_options, its client_kwargs or config_kwargs): check its spelling",
+                               tier="cold", url=url)
+        if isinstance(cause, ValueError) and str(cause).startswith("Invalid endpoint"):
+            endpoint = str(cause).removeprefix("Invalid endpoint:").strip()
+            return ConfigError(f"the S3 endpoint {endpoint!r} is not a URL: give cold.endpoint_url with its scheme, "
+                               f"e.g. http://{endpoint}", tier="cold", url=url)
+    return None
 
 
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:

@@ -8,6 +8,8 @@ exactly as the process that read the configuration would.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ import fsspec
 from tierload.config.models import ColdConfig
 from tierload.errors import ConfigError
 from tierload.stores.cold import aws_chain
+from tierload.stores.cold.open_files import process_in_flight
 
 _DUPLICATE_SLASHES = re.compile(r"/{2,}")
 
@@ -61,12 +64,18 @@ def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[
     ``client_kwargs.region_name`` > ``AWS_REGION`` > ``AWS_DEFAULT_REGION``. The resolved values
     are shipped to every process (DataLoader workers, actors on other nodes), so no process
     falls back to AWS because its environment differs.
+
+    Raises:
+        ConfigError: A key s3fs does not take, or an endpoint without ``http://``/``https://``.
     """
     env = os.environ if environ is None else environ
+    check_s3_option_names(config.storage_options)
     options = dict(config.storage_options)
     client_kwargs = dict(options.pop("client_kwargs", {}) or {})
-    endpoint = (config.endpoint_url or client_kwargs.get("endpoint_url") or env.get("AWS_ENDPOINT_URL_S3")
-                or env.get("AWS_ENDPOINT_URL"))
+    endpoint = _checked_endpoint(
+        ("cold.endpoint_url", config.endpoint_url),
+        ("cold.storage_options.client_kwargs.endpoint_url", client_kwargs.get("endpoint_url")),
+        ("AWS_ENDPOINT_URL_S3", env.get("AWS_ENDPOINT_URL_S3")), ("AWS_ENDPOINT_URL", env.get("AWS_ENDPOINT_URL")))
     region = (config.region or client_kwargs.get("region_name") or env.get("AWS_REGION")
               or env.get("AWS_DEFAULT_REGION"))
     if endpoint:
@@ -79,11 +88,59 @@ def s3_storage_options(config: ColdConfig, environ: dict | None = None) -> dict[
     # One retry layer (tierload.stores.cold.retry): botocore's own would multiply the requests.
     config_kwargs["retries"] = {"total_max_attempts": 1, "mode": "standard"}
     # botocore's pool (10 connections by default) would otherwise queue the requests in flight.
-    config_kwargs.setdefault("max_pool_connections", config.max_in_flight)
+    config_kwargs.setdefault("max_pool_connections", process_in_flight(config.max_in_flight))
     options.update(client_kwargs=client_kwargs, config_kwargs=config_kwargs)
     if config.anon:
         options["anon"] = True
     return options
+
+
+# Keys s3fs takes besides its own parameters: fsspec's listing cache and instance cache, and the
+# profile tierload turns into a botocore session (tierload.stores.cold.source); the rest goes to aiobotocore's
+# AioSession, whose own parameters are read from its signature.
+_S3_EXTRA_OPTIONS = ("use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache", "profile")
+
+
+def s3_option_names() -> frozenset[str]:
+    """The ``storage_options`` keys s3fs accepts (anything else fails its first request)."""
+    import s3fs
+    from aiobotocore.session import AioSession
+
+    names = {name for cls in (s3fs.S3FileSystem, AioSession)
+             for name, parameter in inspect.signature(cls.__init__).parameters.items()
+             if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)}
+    return frozenset(names | set(_S3_EXTRA_OPTIONS))
+
+
+def check_s3_option_names(storage_options: dict[str, Any]) -> None:
+    """Refuse a key of ``cold.storage_options`` that s3fs does not take (a typo).
+
+    Raises:
+        ConfigError: Naming the key and the nearest known ones.
+    """
+    known = s3_option_names()
+    for name in storage_options:
+        if name not in known:
+            near = difflib.get_close_matches(str(name), sorted(known), n=3)
+            hint = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else \
+                f"s3fs takes {', '.join(sorted(known))}"
+            raise ConfigError(f"cold.storage_options has the key {name!r}, which s3fs does not take: {hint}")
+
+
+def _checked_endpoint(*named: tuple[str, str | None]) -> str | None:
+    """The first endpoint set among ``named`` (setting, value), checked to be an ``http(s)://`` URL.
+
+    Raises:
+        ConfigError: An endpoint without a scheme (``127.0.0.1:9000``), naming where it was set.
+    """
+    for setting, value in named:
+        if not value:
+            continue
+        if not str(value).startswith(("http://", "https://")):
+            raise ConfigError(f"{setting}={value!r} is not a URL: give the scheme too, e.g. http://{value} "
+                              f"(or https://{value} for TLS)")
+        return str(value)
+    return None
 
 
 @dataclass(frozen=True)
@@ -143,10 +200,16 @@ def check_dataset_url(url: object) -> None:
 
     Raises:
         ConfigError: Not a string, or no ``scheme://``; for a bare path the message gives the
-            ``file://`` URL of that path.
+            ``file://`` URL of that path, or for a relative name that exists nowhere here
+            (``bucket/train``) its ``s3://`` URL.
     """
     if not isinstance(url, str):
         raise ConfigError(f"url={url!r}: give the dataset prefix as a URL string, e.g. s3://bucket/train")
     if "://" not in url:
-        raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train, or "
-                          f"file://{os.path.abspath(os.path.expanduser(url))} for that local directory")
+        local = os.path.abspath(os.path.expanduser(url))
+        if url.startswith(("/", "~", ".")) or os.path.exists(local):
+            raise ConfigError(f"url={url!r}: give the dataset prefix as a URL, e.g. s3://bucket/train, or "
+                              f"file://{local} for that local directory")
+        # A relative name that is nothing here: far more often a bucket named without its scheme.
+        raise ConfigError(f"url={url!r} has no scheme: give s3://{url.lstrip('/')} for that bucket and prefix "
+                          f"(there is no local directory {local}; a local one is file:///path/to/dir)")
