@@ -53,7 +53,7 @@ from tierload.errors import ConfigError, ServiceError
 from tierload.loader.consumer import DirectSource, NodeLink
 from tierload.loader.dataset_args import check_arguments, check_loader_batch, config_overrides, loader_batch_size
 from tierload.loader.dataset_link import join_stream, register_dataset
-from tierload.loader.epoch_reader import EpochReader
+from tierload.loader.epoch_reader import EpochContext, EpochReader
 from tierload.loader.gpu import DeviceOutput
 from tierload.loader.rank_agreement import check_ranks_agree
 from tierload.loader.resume import ResumeTracker
@@ -334,12 +334,30 @@ class TieredDataset(IterableDataset):
     def _direct_source(self) -> DirectSource:
         return DirectSource(self.config, self._cold, {block.key: block for block in self.manifest.blocks})
 
+    def _epoch_context(self) -> EpochContext:
+        """The current epoch of this rank, as the epoch reader is handed it."""
+        link = self._link
+        if link is None:
+            raise ServiceError("the dataset is not started; call start() (or iterate it) first")
+        manifest, epoch = self.manifest, self.epoch
+        rank, world = self._rank_world()
+        if self._decoder is None:  # kept: built once per process, not once per epoch
+            self._decoder = manifest.decoder(self.config.manifest.label_column, self.columns)
+        return EpochContext(
+            epoch=epoch, rank=rank, world=world, order=self.rank_order(epoch), batch_size=self.batch_size,
+            stream_prefix=f"{manifest.dataset_id}/s{self.seed}/e{epoch}/r{rank}of{world}/{self._stream_owner}",
+            manifest=manifest, link=link, decoder=self._decoder, output=self._output, transform=self.transform,
+            keep_decoded=1 if self._reuse_gap() == 1 else self.window_blocks + 2,
+            report_every=max(1, min(32, self.config.prefetch.depth_blocks // 4)), resume=self._resume,
+            plan=lambda rest, start: self._plan(epoch, rest, start, rank, world), open_stream=self._open_stream,
+            direct_source=self._direct_source, consumer_stats=self.consumer_stats)
+
     def _iterate(self) -> Iterator[tuple[Any, int]]:
         # A generator, so the reader (which takes the pending resume point) is built at the
         # first next(), in the process that iterates: the caller is then the DataLoader's fetcher,
         # whose batch size must be this dataset's (checked before the resume point is taken).
         check_loader_batch(self.batch_size, loader_batch_size(sys._getframe(1)))
-        reader = EpochReader(self, get_worker_info())
+        reader = EpochReader(self._epoch_context(), get_worker_info())
         if reader.info is not None or self._stall.watched:
             yield from reader  # a worker cannot see the loop; tierload.watch() measures it
         else:
