@@ -96,6 +96,8 @@ def join_ray(address: str, namespace: str, log_to_driver: bool = True) -> None:
                            "address of a running one (--address / ray.address / RAY_ADDRESS)")
     loopback = is_loopback(address)
     extra: dict[str, Any] = {"_node_ip_address": "127.0.0.1"} if loopback else {}
+    if loopback:
+        _local_token_auth()
     try:
         with _loopback_node() if loopback else contextlib.nullcontext():
             ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver, configure_logging=False,
@@ -120,6 +122,24 @@ def _close_node_caches(namespace: str) -> None:
         ray.get(pending, timeout=10)
     except Exception:  # noqa: BLE001 - best effort at exit; leftovers are cleared by the next cache
         log.debug("could not close the node caches at exit", exc_info=True)
+
+
+def _local_token_auth() -> None:
+    """Send this user's Ray token (``~/.ray/auth_token``) when joining a Ray on this machine.
+
+    A local Ray (tierload's own, or ``ray start``) enables token authentication by default
+    (Ray 2.5x); ``ray.init`` sends the token to a cluster it found itself (``address="auto"``)
+    but not to an explicit address, which the GCS then refuses ("Authentication token is
+    missing") until the wait runs out. A loopback address is this machine's, so it is treated as
+    ``auto`` is. A Ray without token authentication has nothing to do here.
+    """
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 @contextlib.contextmanager
