@@ -37,7 +37,7 @@ from tierload.cache.coordinator_sync import CoordinatorSync
 from tierload.cache.endpoint import channel_address, clear_stale_endpoint, publish_endpoint, withdraw_endpoint
 from tierload.cache.fetcher import ACQUIRE_TIMEOUT_S, TALLY_WAIT_S, Fetcher
 from tierload.cache.hot_tier import HotTier
-from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, StreamPlan
+from tierload.cache.messages import BlockTable, DatasetRegistration, Endpoint, LoopReport, StreamPlan
 from tierload.cache.oracle import PlanOracle
 from tierload.cache.ownership import TierOwnership, owner_record, sharing_terms
 from tierload.cache.stream import Stream
@@ -46,8 +46,9 @@ from tierload.cache.tier_writes import open_warm_or_none
 from tierload.checksum_key import adopt_key
 from tierload.config import TierloadConfig, as_config
 from tierload.counts import PinCounts
+from tierload.errors import MessageError
 from tierload.metrics.exporter import PeriodicExporter
-from tierload.metrics.samples import LeadClock, Sample, node_samples
+from tierload.metrics.samples import LeadClock, Sample, node_samples, rank_samples
 from tierload.stores.cold import ColdSource
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 # What consumers on this node may call over the local channel (nothing else is served there).
 CHANNEL_METHODS = frozenset({"ready", "endpoint", "has_dataset", "register_dataset", "open_stream", "progress",
                              "close_consumer", "acquire", "invalidate", "record_trace", "sync_now", "stats",
-                             "stream_stats", "status"})
+                             "stream_stats", "status", "report_loop"})
 # What tierload's own actors and the CLI may call through Ray: the channel's methods, serving peers,
 # and running the deployment.
 ACTOR_METHODS = CHANNEL_METHODS | {"read_block", "set_policy", "close"}
@@ -111,6 +112,8 @@ class NodeCache:
         self._authkey = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
         self._lead_clock = LeadClock()
+        # (rank, dataset id) -> [stall_s, loop_s, samples]: the loops of jobs without Ray, exported here.
+        self._loops: dict[tuple[int, str], list[float]] = {}
         self._exporter: PeriodicExporter | None = None
         self._secret: bytes | None = None  # the deployment's checksum key (tierload.checksum_key)
 
@@ -393,7 +396,28 @@ class NodeCache:
         with self._cond:
             positions = self._streams.positions()
             latencies = self._accounting.take_latencies()
-        return node_samples(stats, self._lead_clock.leads(positions), latencies)
+            loops = [rank_samples(rank, dataset, stall_s, loop_s, int(samples))
+                     for (rank, dataset), (stall_s, loop_s, samples) in self._loops.items()]
+        return node_samples(stats, self._lead_clock.leads(positions), latencies) + [
+            item for rows in loops for item in rows]
+
+    def report_loop(self, report: LoopReport) -> None:
+        """Add what a rank's training loop measured since its last report to the totals this cache
+        exports as that rank's stall metrics (for a job without Ray of its own, whose metrics would
+        otherwise reach no Prometheus endpoint).
+
+        Raises:
+            MessageError: ``report`` is not a :class:`LoopReport` of this version, or a figure
+                is negative.
+        """
+        report = LoopReport.received(report)
+        if min(report.stall_s, report.loop_s, report.samples) < 0:
+            raise MessageError(f"a loop report's figures must be >= 0 (increments since the last report), got {report}")
+        with self._cond:
+            total = self._loops.setdefault((int(report.rank), str(report.dataset_id)), [0.0, 0.0, 0])
+            total[0] += report.stall_s
+            total[1] += report.loop_s
+            total[2] += report.samples
 
     def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
         """Stats of open and recently closed streams, optionally of one dataset; a finished
