@@ -49,9 +49,9 @@ def service_address(config: TierloadConfig, address: str | None = None) -> str:
         owner = live_owner(endpoint.hot_dirs[-1])
         if owner is not None and owner.ray_address:
             return owner.ray_address
-    raise ServiceError(f"no tierload service for this configuration (hot.dir {config.hot.dir}): no node cache runs "
-                       "here and no Ray cluster is configured; pass --address of its cluster (or set ray.address / "
-                       "RAY_ADDRESS), or start one with `tierload serve`")
+    raise ServiceError(f"no tierload actors run for this configuration (hot.dir {config.hot.dir}) on this machine, "
+                       "and no Ray cluster is configured; pass --address of the service's cluster (or set "
+                       "ray.address / RAY_ADDRESS), or start it with `tierload serve`")
 
 
 def ray_address_file() -> str:
