@@ -224,11 +224,16 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--config", "deployment", type=click.Path(dir_okay=False),
               help="The deployment's config file, to find its actors [default: FILE].")
-def set_policy(file: str, deployment: str | None) -> None:
+@click.option("--address", default=None,
+              help="Ray address of the service (e.g. auto, 127.0.0.1:6379) [default: ray.address / RAY_ADDRESS, "
+                   "else the Ray of the node cache running on this machine].")
+def set_policy(file: str, deployment: str | None, address: str | None) -> None:
     """Apply the policy section of FILE to the running cluster's actors, without restarting jobs.
 
     It takes effect at each tier's next admission decision. An invalid FILE is refused with
-    every problem listed, and the running policy stays as it is.
+    every problem listed, and the running policy stays as it is. Without a cluster (no
+    --address, ray.address or RAY_ADDRESS) it finds the service through a node cache running
+    on this machine, and says at once when there is none.
     """
     from tierload.config.loading import load_config
 
@@ -236,8 +241,13 @@ def set_policy(file: str, deployment: str | None) -> None:
 
     def run() -> None:
         from tierload.deploy.runtime import apply_policy  # imports Ray: only once the file is known good
+        from tierload.deploy.service_probe import service_address
 
         target = load_config(deployment if deployment else file)
+        cluster = service_address(target, address)  # decided without Ray: nothing runs, nothing is started
+
+
+        target = target.model_copy(update={"ray": target.ray.model_copy(update={"address": cluster})})
         result = apply_policy(target, new.policy) or {}
         reached = [f"{len(result.get('nodes', []))} node cache(s)"]
         if result.get("coordinator"):

@@ -13,12 +13,17 @@ it starts a local Ray and the cache in it. The
 new cache adopts the hot tier on disk and publishes its endpoint; readers, in this process and
 in its DataLoader workers, find it through the endpoint file (:class:`~tierload.loader.consumer.NodeLink`).
 
-One keeper per deployment and process; it ends when no dataset that uses it is left, or when
-this process stops the deployment (:func:`stop_keepers`).
+One keeper per deployment and process; it ends when no dataset that uses it is left, when
+this process stops the deployment (:func:`stop_keepers`), at exit (before Ray's own exit hook,
+so a SIGTERM or the end of the script is not taken for a lost cache), or when Ray that this
+process was connected to is no longer connected: a ``ray.shutdown()`` is the user's (or the
+interpreter's) decision, and the keeper never starts Ray again after it, from its thread or any
+other. Only a job that never had Ray (it joined another job's cache) starts one, to take over.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -27,6 +32,7 @@ import weakref
 from typing import Any
 
 from tierload.config.models import TierloadConfig
+from tierload.deploy.runtime import ray_connected
 from tierload.wire.endpoint import read_endpoint
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,7 @@ WARN_INTERVAL_S = 60.0  # failures to re-create are logged at most once a minute
 
 _keepers: dict[str, NodeCacheKeeper] = {}
 _keepers_lock = threading.Lock()
+_exit_hook_registered = False
 
 
 def process_alive(pid: int) -> bool:
@@ -67,6 +74,9 @@ class NodeCacheKeeper:
         self._owners: weakref.WeakSet[Any] = weakref.WeakSet()
         self._stop = threading.Event()
         self._last_warning = float("-inf")
+        # Whether this process has been connected to Ray while this keeper ran: once it has, Ray
+        # that is gone was shut down on purpose, and this keeper ends instead of starting it again.
+        self._had_ray = ray_connected()
         self._thread = threading.Thread(target=self._loop, name="tierload-cache-keeper", daemon=True)
 
     def _loop(self) -> None:
@@ -84,11 +94,20 @@ class NodeCacheKeeper:
         endpoint = read_endpoint(self.hot_dir)
         if endpoint is not None and process_alive(endpoint.pid):
             return True
-        import ray
 
         from tierload.deploy.runtime import node_endpoint
 
-        if endpoint is None and ray.is_initialized():
+        connected = ray_connected()
+        if connected:
+            self._had_ray = True
+        elif self._had_ray:
+            # Ray was shut down on purpose (ray.shutdown(), the end of the script, a signal): the
+            # cache went with it. Starting Ray again here would do it behind the user's back.
+            log.info("Ray was shut down in this process; the node cache is not started again (a new "
+                     "TieredDataset starts both)")
+            self._stop.set()
+            return False
+        if endpoint is None and connected:
             # No endpoint: the cache was closed on purpose (it withdraws its file) or the file
             # was removed while the cache runs; either way there is nothing to start again.
             return self._actor_exists()
@@ -96,8 +115,9 @@ class NodeCacheKeeper:
         # that job ended (it withdraws its file at exit); this job still reads, so it takes over.
         try:
             # Joins whoever owns the directory now, or starts the cache here: in this process's
-            # Ray, or, for a job that had joined another job's cache, in a local Ray of its own.
-            node_endpoint(self.config)
+            # Ray (never started again here once shut down), or, for a job that had joined
+            # another job's cache, in a local Ray of its own.
+            node_endpoint(self.config, start_ray=not self._had_ray)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types; try again on the next check
             self.failures += 1
             now = time.monotonic()
@@ -146,8 +166,15 @@ def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any) -> NodeCac
     """
     from tierload.deploy.runtime import deployment_id
 
+    global _exit_hook_registered
+
     deployment = deployment_id(config)
     with _keepers_lock:
+        if not _exit_hook_registered:
+            # Registered after this process's ray.init (the dataset started Ray first), so it runs
+            # before Ray's exit hook: no keeper sees Ray ending at exit (atexit is LIFO).
+            atexit.register(stop_keepers)
+            _exit_hook_registered = True
         keeper = _keepers.get(deployment)
         if keeper is None or keeper._stop.is_set():
             keeper = _keepers[deployment] = NodeCacheKeeper(deployment, config, hot_dir)

@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import logging
 import os
+import sys
 from typing import TYPE_CHECKING, Any, Callable, Concatenate, Iterator, ParamSpec, TypeVar
 
 import xxhash
@@ -60,32 +61,77 @@ COORDINATOR_PREFIX = "tierload-coordinator"
 NODE_CACHE_PREFIX = "tierload-cache"
 
 
-def ensure_ray(config: TierloadConfig) -> None:
+def ray_connected() -> bool:
+    """Whether this process is connected to Ray now (never imports Ray)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
+
+
+def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
     """Connect to Ray if this process is not connected yet.
 
+    A configured address (``ray.address`` or ``RAY_ADDRESS``) is joined only if something
+    answers there (a bounded check, :data:`~tierload.deploy.service_probe.CONNECT_TIMEOUT_S`); a
+    loopback address is joined as loopback, so Ray does not swap 127.0.0.1 for this machine's
+    address (a Ray that listens on 127.0.0.1 only would then never answer).
+
+    Args:
+        config: The deployment's configuration (``ray`` section).
+        start: False: never connect or start Ray here (a background thread's call: Ray that is
+            not connected now was shut down on purpose, by the user or at exit).
+
     Raises:
-        ServiceError: Ray could not be started or reached.
+        ServiceError: Ray could not be started or reached, nothing answers at the address, or
+            ``start`` is False and this process is not connected to Ray.
     """
     import ray
 
     if ray.is_initialized():
         return
+    if not start:
+        raise ServiceError("Ray is not connected in this process (it was shut down); tierload does not start it "
+                           "again by itself: build a new TieredDataset to start it")
     address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        join_ray(address, config.ray.namespace)
+        return
     try:
-        if address:
-            ray.init(address=address, namespace=config.ray.namespace, log_to_driver=True,
+        # address="local" starts a fresh cluster even if a stale /tmp/ray session exists.
+        with _loopback_node():
+            ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
+                     _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
+                     object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
                      configure_logging=False)
-        else:
-            # address="local" starts a fresh cluster even if a stale /tmp/ray session exists.
-            with _loopback_node():
-                ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
-                         _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
-                         object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
-                         configure_logging=False)
-            # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
-            atexit.register(_close_node_caches, config.ray.namespace)
+        # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
+        atexit.register(_close_node_caches, config.ray.namespace)
     except Exception as exc:  # noqa: BLE001 - Ray raises many types; say what we tried
-        raise ServiceError(f"cannot {'join Ray at ' + address if address else 'start a local Ray'}: {exc}") from exc
+        raise ServiceError(f"cannot start a local Ray: {exc}") from exc
+
+
+def join_ray(address: str, namespace: str, log_to_driver: bool = True) -> None:
+    """Join the running Ray cluster at ``address`` (``auto``, ``host:port`` or ``ray://``).
+
+    Raises:
+        ServiceError: Nothing answers at ``address`` (said within about a second), or Ray
+            could not join it.
+    """
+    import ray
+
+    from tierload.deploy.service_probe import is_loopback, ray_cluster_answers
+
+    if not ray_cluster_answers(address):
+        raise ServiceError(f"no Ray cluster answers at {address!r}: start it (`ray start --head`) or pass the "
+                           "address of a running one (--address / ray.address / RAY_ADDRESS)")
+    loopback = is_loopback(address)
+    extra: dict[str, Any] = {"_node_ip_address": "127.0.0.1"} if loopback else {}
+    if loopback:
+        _local_token_auth()
+    try:
+        with _loopback_node() if loopback else contextlib.nullcontext():
+            ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver, configure_logging=False,
+                     **extra)
+    except Exception as exc:  # noqa: BLE001 - Ray raises many types; say what we tried
+        raise ServiceError(f"cannot join Ray at {address}: {exc}") from exc
 
 
 def _close_node_caches(namespace: str) -> None:
@@ -104,6 +150,24 @@ def _close_node_caches(namespace: str) -> None:
         ray.get(pending, timeout=10)
     except Exception:  # noqa: BLE001 - best effort at exit; leftovers are cleared by the next cache
         log.debug("could not close the node caches at exit", exc_info=True)
+
+
+def _local_token_auth() -> None:
+    """Send this user's Ray token (``~/.ray/auth_token``) when joining a Ray on this machine.
+
+    A local Ray (tierload's own, or ``ray start``) enables token authentication by default
+    (Ray 2.5x); ``ray.init`` sends the token to a cluster it found itself (``address="auto"``)
+    but not to an explicit address, which the GCS then refuses ("Authentication token is
+    missing") until the wait runs out. A loopback address is this machine's, so it is treated as
+    ``auto`` is. A Ray without token authentication has nothing to do here.
+    """
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 @contextlib.contextmanager
@@ -318,28 +382,29 @@ def get_node_cache(config: TierloadConfig, node_id: str | None = None):
     return handle
 
 
-def node_endpoint(config: TierloadConfig) -> Endpoint:
+def node_endpoint(config: TierloadConfig, start_ray: bool = True) -> Endpoint:
     """How consumers on this node reach its cache: the live owner of the hot directory when
     this job may share it (:mod:`tierload.node.ownership`), else this deployment's cache
-    actor, started if missing (and Ray with it).
+    actor, started if missing (and Ray with it, unless ``start_ray`` is False).
 
     Raises:
         TierInUseError: Another job with another configuration owns the hot directory.
-        ServiceError: Ray or the cache actor could not be started.
+        ServiceError: Ray or the cache actor could not be started, or ``start_ray`` is False
+            and this process is not connected to Ray.
     """
     import ray
 
     from tierload.node.ownership import join_owner
 
     if "{node}" in config.hot.dir:
-        ensure_ray(config)  # the directory names this node
+        ensure_ray(config, start=start_ray)  # the directory names this node
         hot_dir = config.hot.dir.replace("{node}", ray.get_runtime_context().get_node_id()[:16])
     else:
         hot_dir = config.hot.dir
     joined = join_owner(config, hot_dir)
     if joined is not None:
         return joined
-    ensure_ray(config)
+    ensure_ray(config, start=start_ray)
     try:
         handle = get_node_cache(config)
     except TierInUseError:

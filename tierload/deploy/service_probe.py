@@ -10,13 +10,14 @@ milliseconds, so ``tierload status`` with nothing running answers at once.
 from __future__ import annotations
 
 import glob
+import ipaddress
 import logging
 import os
 import socket
 from typing import Any
 
 from tierload.config.models import TierloadConfig
-from tierload.errors import TierloadError
+from tierload.errors import ServiceError, TierloadError
 from tierload.wire.endpoint import read_endpoint
 from tierload.wire.messages import Endpoint
 
@@ -31,6 +32,28 @@ def ray_address(config: TierloadConfig, address: str | None = None) -> str | Non
     return address or config.ray.address or os.environ.get("RAY_ADDRESS") or None
 
 
+def service_address(config: TierloadConfig, address: str | None = None) -> str:
+    """The Ray cluster a command that changes the running service joins: ``address`` >
+    ``ray.address`` > ``RAY_ADDRESS`` > the Ray cluster that a node cache for ``config`` on this
+    machine runs in (a job's own local Ray, or the service's). Decided without starting Ray.
+
+    Raises:
+        ServiceError: No cluster is configured and no node cache for ``config`` runs here.
+    """
+    from tierload.node.ownership import live_owner
+
+    cluster = ray_address(config, address)
+    if cluster is not None:
+        return cluster
+    for endpoint in local_endpoints(config):
+        owner = live_owner(endpoint.hot_dirs[-1])
+        if owner is not None and owner.ray_address:
+            return owner.ray_address
+    raise ServiceError(f"no tierload actors run for this configuration (hot.dir {config.hot.dir}) on this machine, "
+                       "and no Ray cluster is configured; pass --address of the service's cluster (or set "
+                       "ray.address / RAY_ADDRESS), or start it with `tierload serve`")
+
+
 def ray_address_file() -> str:
     """Where ``ray start`` records the address of the latest cluster on this machine (as Ray's
     ``ray._common.utils.get_ray_address_file`` computes it, without importing Ray)."""
@@ -43,18 +66,41 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return (host.strip("[]"), int(port)) if host and port.isdigit() else None
 
 
+def _resolved(address: str) -> str | None:
+    """``auto`` as the address of this machine's latest cluster (None: none recorded); others unchanged."""
+    if address != "auto":
+        return address
+    try:
+        with open(ray_address_file()) as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` (``auto``, ``host:port``) names a Ray on this machine's loopback interface."""
+    resolved = _resolved(address)
+    target = _host_port(resolved) if resolved is not None and "://" not in resolved else None
+    if target is None:
+        return False
+    host = target[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def ray_cluster_answers(address: str) -> bool:
     """Whether the Ray cluster at ``address`` (``auto``, ``host:port``; ``ray://`` is not checked)
-    accepts a connection now."""
+    accepts a connection now (waits at most :data:`CONNECT_TIMEOUT_S` seconds)."""
     if address.startswith("ray://"):
         return True  # a Ray Client server: let ray.init say what is wrong with it
-    if address == "auto":
-        try:
-            with open(ray_address_file()) as handle:
-                address = handle.read().strip()
-        except OSError:
-            return False
-    target = _host_port(address)
+    resolved = _resolved(address)
+    if resolved is None:
+        return False
+    target = _host_port(resolved)
     if target is None:
         return True  # not an address we understand: ray.init will say
     try:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 from tierload.units import format_bytes
 
 if TYPE_CHECKING:
+    from tierload.loader.consumer import NodeLink
     from tierload.loader.dataset import TieredDataset
 
 log = logging.getLogger(__name__)
@@ -263,17 +264,26 @@ def summary_line(rank: int, epoch: EpochStall, node_epoch: Mapping[str, float] |
 # Running totals per (rank, dataset id) of this process, over every meter: two datasets of the
 # same data in one process add up instead of each resetting the other's counters.
 _TOTALS: dict[tuple[int, str], EpochStall] = {}
+# Per (rank, dataset id): the totals a node cache has received from this process (a job without Ray).
+_SENT: dict[tuple[int, str], tuple[float, float, int]] = {}
 
 
-def export_rank(rank: int, dataset_id: str, epoch: EpochStall, finished: bool) -> None:
+def export_rank(rank: int, dataset_id: str, epoch: EpochStall, finished: bool, link: NodeLink | None = None) -> None:
     """Export a rank's running totals (finished epochs plus ``epoch``) as the stall metrics.
+
+    A process connected to Ray exports them itself (:func:`~tierload.metrics.sinks.default_sink`).
+    One without Ray (a job that joined ``tierload serve`` or another job's cache) sends what
+    was not sent yet to its node cache over ``link``, and the cache, which runs in Ray, exports
+    them with the ``rank`` label; a report that does not arrive is sent with the next one.
 
     Args:
         rank: The training rank.
         dataset_id: The dataset's id (the ``dataset`` label).
         epoch: The running epoch (``finished=False``: its figures so far) or one that ended.
         finished: Whether ``epoch`` is over (it is then added to the totals).
+        link: The dataset's node cache (None: export in this process).
     """
+    from tierload.deploy.runtime import ray_connected
     from tierload.metrics.samples import rank_samples
     from tierload.metrics.sinks import default_sink
 
@@ -282,14 +292,36 @@ def export_rank(rank: int, dataset_id: str, epoch: EpochStall, finished: bool) -
     samples = total.samples + epoch.samples
     if finished:
         total.stall_s, total.seconds, total.samples = stall_s, seconds, samples
+    if link is not None and not ray_connected():
+        _send_to_node_cache(link, rank, dataset_id, stall_s, seconds, samples)
+        return
     default_sink().push(rank_samples(rank, dataset_id, stall_s, seconds, samples), f"rank:{rank}:{dataset_id}")
+
+
+def _send_to_node_cache(link: NodeLink, rank: int, dataset_id: str, stall_s: float, loop_s: float,
+                        samples: int) -> None:
+    """Send the node cache the increase of a rank's totals since the last report it received."""
+    from tierload.errors import TierloadError
+    from tierload.wire.messages import LoopReport
+
+    sent_stall, sent_loop, sent_samples = _SENT.get((rank, dataset_id), (0.0, 0.0, 0))
+    report = LoopReport(rank, dataset_id, max(0.0, stall_s - sent_stall), max(0.0, loop_s - sent_loop),
+                        max(0, samples - sent_samples))
+    if not (report.stall_s or report.loop_s or report.samples):
+        return
+    try:
+        link.call(lambda cache: cache.report_loop(report))
+    except (TierloadError, OSError) as exc:  # kept for the next report; the loop never fails for a metric
+        log.debug("the node cache did not take rank %d's loop figures (%s); they go with the next report", rank, exc)
+        return
+    _SENT[(rank, dataset_id)] = (stall_s, loop_s, samples)
 
 
 def report_epoch(dataset: TieredDataset, epoch: EpochStall) -> None:
     """End of an epoch measured in this process: log :func:`summary_line`, export the metrics."""
     rank = dataset._rank_world()[0]
     if dataset.config.metrics.enabled:
-        export_rank(rank, dataset.manifest.dataset_id, epoch, finished=True)
+        export_rank(rank, dataset.manifest.dataset_id, epoch, finished=True, link=dataset._link)
     if not log.isEnabledFor(logging.INFO):
         return  # the node's counters cost a call to the node cache: only when the line is shown
     from tierload.errors import TierloadError
@@ -305,4 +337,5 @@ def report_epoch(dataset: TieredDataset, epoch: EpochStall) -> None:
 def report_progress(dataset: TieredDataset, epoch: EpochStall) -> None:
     """During an epoch: export the rank's stall metrics so far."""
     if dataset.config.metrics.enabled:
-        export_rank(dataset._rank_world()[0], dataset.manifest.dataset_id, epoch, finished=False)
+        export_rank(dataset._rank_world()[0], dataset.manifest.dataset_id, epoch, finished=False,
+                    link=dataset._link)

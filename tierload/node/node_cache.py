@@ -30,10 +30,11 @@ from typing import Any
 from tierload.config.loading import as_config
 from tierload.config.models import TierloadConfig
 from tierload.data.blocks import Block
+from tierload.errors import MessageError
 from tierload.frames.blockfile import HEADER_SIZE, FrameFormat, encode_frame, parse_header, recode
 from tierload.frames.checksum_key import adopt_key
 from tierload.metrics.exporter import PeriodicExporter
-from tierload.metrics.samples import LeadClock, Sample, node_samples
+from tierload.metrics.samples import LeadClock, Sample, node_samples, rank_samples
 from tierload.node.accounting import NodeAccounting
 from tierload.node.catalog import BlockCatalog
 from tierload.node.coordinator_sync import CoordinatorSync
@@ -50,7 +51,15 @@ from tierload.stores.tier_writes import open_warm_or_none
 from tierload.wire.api import Caller, CoordinatorAPI, NodeCacheAPI, NodeCacheServiceAPI, PeerCaller
 from tierload.wire.channel import ChannelServer
 from tierload.wire.endpoint import channel_address, clear_stale_endpoint, publish_endpoint, withdraw_endpoint
-from tierload.wire.messages import BlockTable, DatasetRegistration, Endpoint, HotBlock, StreamPlan, WireBlock
+from tierload.wire.messages import (
+    BlockTable,
+    DatasetRegistration,
+    Endpoint,
+    HotBlock,
+    LoopReport,
+    StreamPlan,
+    WireBlock,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +117,8 @@ class NodeCache(NodeCacheServiceAPI):
         self._authkey = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
         self._lead_clock = LeadClock()
+        # (rank, dataset id) -> [stall_s, loop_s, samples]: the loops of jobs without Ray, exported here.
+        self._loops: dict[tuple[int, str], list[float]] = {}
         self._exporter: PeriodicExporter | None = None
         self._secret: bytes | None = None  # the deployment's checksum key (tierload.frames.checksum_key)
 
@@ -391,7 +402,28 @@ class NodeCache(NodeCacheServiceAPI):
         with self._cond:
             positions = self._streams.positions()
             latencies = self._accounting.take_latencies()
-        return node_samples(stats, self._lead_clock.leads(positions), latencies)
+            loops = [rank_samples(rank, dataset, stall_s, loop_s, int(samples))
+                     for (rank, dataset), (stall_s, loop_s, samples) in self._loops.items()]
+        return node_samples(stats, self._lead_clock.leads(positions), latencies) + [
+            item for rows in loops for item in rows]
+
+    def report_loop(self, report: LoopReport) -> None:
+        """Add what a rank's training loop measured since its last report to the totals this cache
+        exports as that rank's stall metrics (for a job without Ray of its own, whose metrics would
+        otherwise reach no Prometheus endpoint).
+
+        Raises:
+            MessageError: ``report`` is not a :class:`LoopReport` of this version, or a figure
+                is negative.
+        """
+        report = LoopReport.received(report)
+        if min(report.stall_s, report.loop_s, report.samples) < 0:
+            raise MessageError(f"a loop report's figures must be >= 0 (increments since the last report), got {report}")
+        with self._cond:
+            total = self._loops.setdefault((int(report.rank), str(report.dataset_id)), [0.0, 0.0, 0])
+            total[0] += report.stall_s
+            total[1] += report.loop_s
+            total[2] += report.samples
 
     def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
         """Stats of open and recently closed streams, optionally of one dataset; a finished

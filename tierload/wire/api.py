@@ -22,6 +22,7 @@ from tierload.wire.messages import (
     DatasetRegistration,
     Endpoint,
     HotBlock,
+    LoopReport,
     StreamPlan,
     SyncAnswer,
     SyncReport,
@@ -135,6 +136,11 @@ class NodeCacheAPI(Protocol):
 
     def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
         """Per open stream: prefetch lead, waits, hits."""
+        ...
+
+    def report_loop(self, report: LoopReport) -> None:
+        """A rank's stall figures since its last report, from a job without Ray of its own (the
+        cache exports them as that rank's metrics)."""
         ...
 
     def status(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ both versions instead of a ``KeyError`` deep inside a thread.
     Endpoint             node cache -> consumers  where the cache listens (also as a JSON file)
     HotBlock, WireBlock  node cache -> consumer   where an acquired block is: a hot level, or its frame
     ChannelCall          client -> channel server  one call of an interface (tierload.wire.api)
+    LoopReport           consumer -> node cache   a rank's stall figures, from a job without Ray
 """
 
 from __future__ import annotations
@@ -201,6 +202,29 @@ class SyncAnswer(Message):
     present: list[bool]
     holders: dict[str, list[str]]
     full: bool
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class LoopReport(Message):
+    """What one rank's training loop measured since its last report, sent by a job that is not
+    connected to Ray (it joined a running service or another job's cache), so the node cache
+    exports the rank's stall metrics for it (:mod:`tierload.loader.stall`).
+
+    Attributes:
+        rank: The training rank.
+        dataset_id: The dataset's id.
+        stall_s: Seconds the loop waited in ``next()`` since the last report (>= 0).
+        loop_s: Wall seconds of the loop since the last report (>= 0).
+        samples: Samples the loop received since the last report (>= 0).
+        version: Shape of this message.
+    """
+
+    rank: int
+    dataset_id: str
+    stall_s: float
+    loop_s: float
+    samples: int
     version: int = 1
 
 

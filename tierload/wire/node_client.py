@@ -7,7 +7,7 @@ from typing import Any
 
 from tierload.wire.api import NodeCacheAPI
 from tierload.wire.channel import ChannelClient
-from tierload.wire.messages import DatasetRegistration, Endpoint, HotBlock, StreamPlan, WireBlock
+from tierload.wire.messages import DatasetRegistration, Endpoint, HotBlock, LoopReport, StreamPlan, WireBlock
 
 
 class NodeCacheClient(NodeCacheAPI):
@@ -74,3 +74,6 @@ class NodeCacheClient(NodeCacheAPI):
 
     def status(self) -> dict[str, Any]:
         return self.channel.call(NodeCacheAPI.status)
+
+    def report_loop(self, report: LoopReport) -> None:
+        self.channel.call(NodeCacheAPI.report_loop, report)

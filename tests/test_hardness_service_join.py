@@ -1,0 +1,157 @@
+"""Joining a running node cache from other processes (issue 26, items 10 and 7).
+
+One job in its own process starts a local Ray of its own (loopback only, as tierload starts it)
+and keeps its node cache running. Then, from other processes:
+
+- item 10: ``tierload status --address 127.0.0.1:<its GCS port>`` and ``tierload policy set``
+  (with ``--address``, and without: found through the node cache running here) answer; a dead
+  address fails fast with a ``ServiceError`` (exit code 5), from the CLI and from a dataset.
+- item 7: a job that joins the cache (no Ray of its own) has its per-rank stall metrics on the
+  owner's Ray Prometheus endpoint, as a job with Ray has them (tests/test_metrics.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from helpers import put_indexed_objects
+
+JOB = Path(__file__).resolve().parent / "hardness_ray_job.py"
+CLI = [sys.executable, "-m", "tierload.cli.main"]
+
+
+def _env(ray_tmp: str) -> dict[str, str]:
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def owner(s3, tmp_path_factory):
+    """A job with its own local Ray holding its node cache: ``(spec, ready event, config path, env)``."""
+    root = tmp_path_factory.mktemp("owner")
+    ray_tmp = tempfile.mkdtemp(prefix="tlj")  # Ray's socket paths must stay under 107 bytes
+    name = f"join-{os.getpid()}"
+    fs = s3.create_bucket(name)
+    put_indexed_objects(fs, f"{name}/a", 10, size=2048)
+    put_indexed_objects(fs, f"{name}/b", 14, size=2048)
+    config = {"hot": {"dir": str(root / "hot"), "capacity_bytes": "16MiB"},
+              "warm": {"url": None, "capacity_bytes": 0},
+              "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0},
+              "ray": {"num_cpus": 1, "object_store_memory_bytes": 100 * 2**20},
+              "metrics": {"export_interval_s": 0.5}}
+    config_path = root / "config.yaml"
+    config_path.write_text(json.dumps(config))  # JSON is YAML
+    spec = {"url": f"s3://{name}/a", "url2": f"s3://{name}/b", "storage_options": s3.storage_options,
+            "config": config, "exit_when": str(root / "exit")}
+    env = _env(ray_tmp)
+    job = subprocess.Popen([sys.executable, str(JOB), "owner", json.dumps(spec)], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, env=env)
+    assert job.stdout is not None
+    ready = None
+    for line in job.stdout:
+        if line.startswith("{") and json.loads(line)["event"] == "ready":
+            ready = json.loads(line)
+            break
+    assert ready is not None, "the owner job ended before its epoch"
+    assert ready["gcs"].startswith("127.0.0.1:")
+    yield spec, ready, str(config_path), env
+    Path(spec["exit_when"]).touch()
+    try:
+        job.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _cli(args: list[str], env: dict[str, str], timeout_s: float = 180) -> subprocess.CompletedProcess:
+    """Run the CLI; a join that hangs fails the test (TimeoutExpired) instead of waiting forever."""
+    return subprocess.run(CLI + args, capture_output=True, text=True, env=env, timeout=timeout_s)
+
+
+def _dead_address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"  # closed again: nothing listens there
+
+
+def test_status_joins_a_loopback_ray_by_its_address(owner):
+    spec, ready, config_path, env = owner
+    done = _cli(["status", "--address", ready["gcs"], "--config", config_path, "--json"], env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert len(report["nodes"]) == 1 and "error" not in report["nodes"][0], report["nodes"]
+    assert report["nodes"][0]["accesses"] >= 10
+
+
+def test_policy_set_reaches_the_service_by_address_and_through_the_cache_running_here(owner):
+    spec, ready, config_path, env = owner
+    # FILE is the deployment's own config: its policy is the running one (a joiner stays compatible).
+    by_address = _cli(["policy", "set", config_path, "--address", ready["gcs"]], env)
+    assert by_address.returncode == 0, by_address.stderr[-3000:]
+    assert "1 node cache(s)" in by_address.stdout, by_address.stdout
+    found_here = _cli(["policy", "set", config_path], env)  # no --address, no RAY_ADDRESS
+    assert found_here.returncode == 0, found_here.stderr[-3000:]
+    assert "1 node cache(s)" in found_here.stdout, found_here.stdout
+
+
+def test_a_dead_address_fails_fast_with_a_service_error(owner, tmp_path):
+    spec, ready, config_path, env = owner
+    dead = _dead_address()
+    done = _cli(["policy", "set", config_path, "--address", dead], env, timeout_s=120)
+    assert done.returncode == 5, (done.returncode, done.stderr[-3000:])  # ServiceError's exit code
+    assert dead in done.stderr and "no Ray cluster answers" in done.stderr, done.stderr
+    # A dataset told to join it: the same typed error, not a wait for a GCS that never comes.
+    other = {**spec["config"], "hot": {**spec["config"]["hot"], "dir": str(tmp_path / "hot")}}
+    script = ("import json, sys\nfrom tierload.loader.dataset import TieredDataset\n"
+              "from tierload.errors import ServiceError\n"
+              "spec = json.loads(sys.argv[1])\ntry:\n"
+              "    TieredDataset(spec['url'], spec['config'], storage_options=spec['storage_options'], layout='files',"
+              " address=spec['address'])\nexcept ServiceError as exc:\n    print('ServiceError', exc)\n")
+    joined = subprocess.run([sys.executable, "-c", script, json.dumps({**spec, "config": other, "address": dead})],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert joined.stdout.startswith("ServiceError") and dead in joined.stdout, (joined.stdout, joined.stderr[-3000:])
+
+
+def _ray_series(port: int) -> list[tuple[str, dict, float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name.startswith("ray_tierload_")]
+
+
+def test_a_joined_jobs_rank_metrics_reach_the_owners_prometheus_endpoint(owner):
+    spec, ready, config_path, env = owner
+    joined_spec = {**spec, "url": spec["url2"]}  # its own dataset: its own `dataset` label
+    done = subprocess.run([sys.executable, str(JOB), "joined", json.dumps(joined_spec)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    assert result["ray"] is False and result["cache_pid"] == ready["cache_pid"], result  # joined, without Ray
+    assert result["samples"] == 14
+    wanted = {"ray_tierload_stall_seconds_total": result["stall"]["stall_s"],
+              "ray_tierload_loop_seconds_total": result["stall"]["seconds"],
+              "ray_tierload_samples_total": 14}
+    deadline, found = time.monotonic() + 60, {}
+    while time.monotonic() < deadline:
+        found = {name: value for name, labels, value in _ray_series(ready["metrics_port"])
+                 if name in wanted and labels.get("dataset") == result["dataset_id"] and labels.get("rank") == "0"}
+        if len(found) == len(wanted):
+            break
+        time.sleep(1)
+    assert set(found) == set(wanted), f"the joined job's rank metrics are not on the owner's endpoint: {found}"
+    for name, value in wanted.items():
+        assert found[name] == pytest.approx(value, rel=1e-6, abs=1e-6), name
