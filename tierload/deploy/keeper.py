@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
 import time
 import weakref
 from typing import Any
 
 from tierload.config.models import TierloadConfig
+from tierload.deploy.lifecycle import CacheState, Decision, NodeCacheLifecycle, Observation, decide
 from tierload.deploy.runtime import ray_connected
-from tierload.wire.endpoint import read_endpoint
+from tierload.wire.endpoint import read_endpoint, running_endpoint
+from tierload.wire.messages import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +44,6 @@ WARN_INTERVAL_S = 60.0  # failures to re-create are logged at most once a minute
 _keepers: dict[str, NodeCacheKeeper] = {}
 _keepers_lock = threading.Lock()
 _exit_hook_registered = False
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process with id ``pid`` runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, owned by someone else
-    return True
 
 
 class NodeCacheKeeper:
@@ -77,6 +67,7 @@ class NodeCacheKeeper:
         # Whether this process has been connected to Ray while this keeper ran: once it has, Ray
         # that is gone was shut down on purpose, and this keeper ends instead of starting it again.
         self._had_ray = ray_connected()
+        self.lifecycle = NodeCacheLifecycle(hot_dir)
         self._thread = threading.Thread(target=self._loop, name="tierload-cache-keeper", daemon=True)
 
     def _loop(self) -> None:
@@ -90,35 +81,44 @@ class NodeCacheKeeper:
             self.check()
 
     def check(self) -> bool:
-        """Re-create the cache if its process is gone; whether it runs afterwards."""
+        """Look at the cache once and do what :func:`~tierload.deploy.lifecycle.decide` says:
+        re-create it if its process is gone, end if it was stopped on purpose. Whether it runs
+        afterwards."""
+        if self.lifecycle.stopped:
+            return False
         endpoint = read_endpoint(self.hot_dir)
-        if endpoint is not None and process_alive(endpoint.pid):
-            return True
-
-        from tierload.deploy.runtime import node_endpoint
-
+        running = running_endpoint(self.hot_dir) is not None
         connected = ray_connected()
-        if connected:
-            self._had_ray = True
-        elif self._had_ray:
+        self._had_ray = self._had_ray or connected
+        decision = decide(Observation(cache_runs=running, endpoint_withdrawn=endpoint is None,
+                                      ray_connected=connected, had_ray=self._had_ray))
+        if decision is Decision.KEEP:
+            if running and self.lifecycle.state is CacheState.LOST:  # back without us (another job took over)
+                self.lifecycle.move(CacheState.RECREATING, "it runs again")
+                self.lifecycle.move(CacheState.OWNED if connected else CacheState.JOINED, "found running")
+            return running or self._actor_exists()
+        if decision is Decision.STOP:
             # Ray was shut down on purpose (ray.shutdown(), the end of the script, a signal): the
             # cache went with it. Starting Ray again here would do it behind the user's back.
             log.info("Ray was shut down in this process; the node cache is not started again (a new "
                      "TieredDataset starts both)")
+            self.lifecycle.stop("Ray was shut down in this process")
             self._stop.set()
             return False
-        if endpoint is None and connected:
-            # No endpoint: the cache was closed on purpose (it withdraws its file) or the file
-            # was removed while the cache runs; either way there is nothing to start again.
-            return self._actor_exists()
-        # No endpoint and no Ray here: this job had joined another job's cache, which closed when
-        # that job ended (it withdraws its file at exit); this job still reads, so it takes over.
+        return self._recreate(endpoint.pid if endpoint is not None else None)
+
+    def _recreate(self, gone_pid: int | None) -> bool:
+        from tierload.deploy.runtime import node_endpoint
+
+        self.lifecycle.move(CacheState.LOST, f"the cache's process (pid {gone_pid}) is gone")
+        self.lifecycle.move(CacheState.RECREATING, "finding or starting it again")
         try:
             # Joins whoever owns the directory now, or starts the cache here: in this process's
             # Ray (never started again here once shut down), or, for a job that had joined
             # another job's cache, in a local Ray of its own.
             node_endpoint(self.config, start_ray=not self._had_ray)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types; try again on the next check
+            self.lifecycle.move(CacheState.LOST, f"re-creating failed: {type(exc).__name__}")
             self.failures += 1
             now = time.monotonic()
             if now - self._last_warning >= WARN_INTERVAL_S:
@@ -127,10 +127,11 @@ class NodeCacheKeeper:
                             "blocks themselves until it is back (%d failed tries so far)", type(exc).__name__, exc,
                             self.failures)
             return False
+        self.lifecycle.move(CacheState.OWNED if ray_connected() else CacheState.JOINED, "found again")
         self.recreated += 1
         now_running = read_endpoint(self.hot_dir)
         log.warning("the node cache (pid %s) was gone; it runs again (pid %s) with the same configuration",
-                    endpoint.pid if endpoint is not None else "unknown",
+                    gone_pid if gone_pid is not None else "unknown",
                     now_running.pid if now_running is not None else "unknown")
         return True
 
@@ -149,17 +150,60 @@ class NodeCacheKeeper:
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop looking, and wait for a re-creation in progress to end (so it cannot undo a stop)."""
         self._stop.set()
+        self.lifecycle.stop("stopped on purpose in this process")
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
 
 
-def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any) -> NodeCacheKeeper:
+def attach_node_cache(config: TierloadConfig, owner: Any) -> Endpoint:
+    """Find or start this node's cache for ``owner`` (e.g. a dataset), and keep it alive while
+    ``owner`` lives: the way a job reaches its node cache.
+
+    The deployment's lifecycle (:mod:`tierload.deploy.lifecycle`) in this process moves
+    ABSENT -> STARTING -> OWNED (a cache in this process's Ray cluster) or JOINED (another job's
+    cache, through its endpoint), or REFUSED; a keeper then re-creates the cache if its process
+    goes, until the deployment is stopped on purpose.
+
+    Args:
+        config: The deployment's configuration.
+        owner: Weakly referenced; the keeper ends once every owner is gone.
+
+    Returns:
+        The cache's endpoint.
+
+    Raises:
+        TierInUseError: Another job with another configuration owns the hot directory.
+        ServiceError: Ray or the cache actor could not be started.
+    """
+    from tierload.deploy.runtime import deployment_id, node_endpoint
+    from tierload.errors import TierInUseError
+
+    lifecycle = NodeCacheLifecycle(config.hot.dir)
+    lifecycle.move(CacheState.STARTING, "a dataset starts")
+    try:
+        endpoint = node_endpoint(config)
+    except TierInUseError:
+        lifecycle.move(CacheState.REFUSED, "another job with other settings owns the hot directory")
+        raise
+    except BaseException:
+        lifecycle.move(CacheState.ABSENT, "the start failed")
+        raise
+    lifecycle.move(CacheState.OWNED if ray_connected() else CacheState.JOINED, "found")
+    keep_node_cache(config, endpoint.hot_dirs[-1], owner, lifecycle)
+    log.debug("node cache of deployment %s: %s", deployment_id(config), lifecycle.state.value)
+    return endpoint
+
+
+def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any,
+                    lifecycle: NodeCacheLifecycle | None = None) -> NodeCacheKeeper:
     """Keep this node's cache alive while ``owner`` (e.g. a dataset) lives.
 
     Args:
         config: The deployment's configuration.
         hot_dir: The directory holding the cache's endpoint file.
         owner: Weakly referenced; the keeper ends once every owner is gone.
+        lifecycle: Where the cache stands (OWNED or JOINED); a keeper made here takes it over.
+            Default: a cache found running in this process's Ray cluster (OWNED) or not (JOINED).
 
     Returns:
         The deployment's keeper in this process.
@@ -178,6 +222,11 @@ def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any) -> NodeCac
         keeper = _keepers.get(deployment)
         if keeper is None or keeper._stop.is_set():
             keeper = _keepers[deployment] = NodeCacheKeeper(deployment, config, hot_dir)
+            if lifecycle is None:
+                lifecycle = NodeCacheLifecycle(hot_dir)
+                lifecycle.move(CacheState.STARTING, "kept")
+                lifecycle.move(CacheState.OWNED if ray_connected() else CacheState.JOINED, "found running")
+            keeper.lifecycle = lifecycle
             keeper._owners.add(owner)
             keeper._thread.start()
         else:

@@ -18,7 +18,7 @@ from typing import Any
 
 from tierload.config.models import TierloadConfig
 from tierload.errors import ServiceError, TierloadError
-from tierload.wire.endpoint import read_endpoint
+from tierload.wire.endpoint import running_endpoint
 from tierload.wire.messages import Endpoint
 
 log = logging.getLogger(__name__)
@@ -110,16 +110,6 @@ def ray_cluster_answers(address: str) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: alive, though we will not reach its channel
-    return True
-
-
 def local_endpoints(config: TierloadConfig) -> list[Endpoint]:
     """Endpoints of this machine's node caches for ``config`` whose process is alive.
 
@@ -128,8 +118,8 @@ def local_endpoints(config: TierloadConfig) -> list[Endpoint]:
     pattern = os.path.expanduser(config.hot.dir).replace("{node}", "*")
     found = []
     for hot_dir in sorted(glob.glob(pattern)):
-        endpoint = read_endpoint(hot_dir)
-        if endpoint is not None and _alive(endpoint.pid) and os.path.exists(endpoint.address):
+        endpoint = running_endpoint(hot_dir)
+        if endpoint is not None:
             found.append(endpoint)
     return found
 

@@ -115,14 +115,14 @@ class NodeLink:
 
     def reconnect(self, wait_s: float = 0.0) -> bool:
         """Try the endpoint the cache last published (at most once a second unless waiting)."""
-        from tierload.wire.endpoint import read_endpoint
+        from tierload.wire.endpoint import running_endpoint
 
         deadline = time.monotonic() + wait_s
         while True:
             now = time.monotonic()
             if wait_s or now - self._last_attempt >= 1.0:
                 self._last_attempt = now
-                endpoint = read_endpoint(self.hot_dirs[-1])
+                endpoint = running_endpoint(self.hot_dirs[-1])
                 if endpoint is not None:
                     client = NodeCacheClient(endpoint.address, endpoint.authkey)
                     try:

@@ -177,8 +177,7 @@ class TieredDataset(IterableDataset):
         """
         if self._endpoint is not None:
             return self
-        from tierload.deploy.keeper import keep_node_cache
-        from tierload.deploy.runtime import node_endpoint
+        from tierload.deploy.keeper import attach_node_cache
 
         source = ColdSource(self._cold, self.config.cold)
         previous = self._cached_keys(source) if self.refresh_manifest else set()
@@ -191,9 +190,8 @@ class TieredDataset(IterableDataset):
                         "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
                         "epoch (docs/packs.md)", self._manifest.num_packs)
         warn_hot_fit_once(self.config, self._manifest.blocks, self.url)  # reads bypass a hot tier too small
-        self._endpoint = node_endpoint(self.config)
+        self._endpoint = attach_node_cache(self.config, self)  # found or started; re-created if removed for good
         self._link = NodeLink(self._endpoint)
-        keep_node_cache(self.config, self._endpoint.hot_dirs[-1], self)  # re-created if removed for good
         self._register()
         stale = previous - {block.key for block in self._manifest.blocks}
         if stale:

@@ -91,6 +91,18 @@ def read_endpoint(hot_dir) -> Endpoint | None:
         return None
 
 
+def running_endpoint(hot_dir) -> Endpoint | None:
+    """The endpoint of the node cache that runs for ``hot_dir`` now (published there, its process
+    alive), or None. The one way to find a running cache on this node; whether it answers is the
+    next call's to say.
+
+    Raises:
+        MessageError: Another tierload release published it.
+    """
+    endpoint = read_endpoint(hot_dir)
+    return endpoint if endpoint is not None and pid_alive(endpoint.pid) else None
+
+
 def withdraw_endpoint(hot_dir, endpoint: Endpoint) -> None:
     """Remove the endpoint file if it still names ``endpoint`` (a cache closed on purpose).
 
