@@ -25,7 +25,7 @@ from tierload import collate
 from tierload.config.loading import load_config
 from tierload.data.cold_read import read_cold
 from tierload.data.manifest import build_manifest
-from tierload.errors import ManifestError
+from tierload.errors import ConfigError, ManifestError
 from tierload.stores.cold.source import ColdSource
 
 SEQ_LEN = 15
@@ -165,9 +165,12 @@ def test_unreadable_token_files_are_named_with_the_fix(tmp_path, files, match):
         manifest_and_windows(folder, tmp_path)
 
 
-def test_seq_len_is_validated():
-    with pytest.raises(ValueError, match="seq_len_tokens"):
+def test_token_settings_are_validated():
+    assert load_config({"manifest": {"seq_len_tokens": 1}}).manifest.seq_len_tokens == 1
+    with pytest.raises(ConfigError, match=r"manifest.seq_len_tokens: Input should be greater than or equal to 1"):
         load_config({"manifest": {"seq_len_tokens": 0}})
+    with pytest.raises(ConfigError, match=r"manifest.token_dtype: .*'uint16' or 'uint32'"):
+        load_config({"manifest": {"token_dtype": "int8"}})
 
 
 # ------------------------------------------------------------------ through the tiers
@@ -249,3 +252,14 @@ def test_every_token_setting_gives_its_own_cached_manifest(tmp_path, setting):
     source = ColdSource(f"file://{tmp_path}", base.cold)
     changed = base.manifest.model_copy(update=setting)
     assert cache_path(source, changed, None) != cache_path(source, base.manifest, None)
+
+
+def test_a_block_that_is_not_whole_windows_is_a_decode_error(tmp_path):
+    from tierload.errors import DecodeError
+
+    folder = write(tmp_path / "corpus", {"x.bin": np.arange(64, dtype="<u2").tobytes()})
+    manifest, _ = manifest_and_windows(folder, tmp_path)
+    decoder = manifest.decoder()
+    assert len(decoder.decode(0, bytes(BLOCK_BYTES))) == 2
+    with pytest.raises(DecodeError, match="not a whole number of windows of 16 tokens"):
+        decoder.decode(0, bytes(BLOCK_BYTES - 2))

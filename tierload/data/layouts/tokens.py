@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, overload
 
 import numpy as np
 import torch
@@ -211,8 +211,45 @@ def plan_tokens(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: i
     )
 
 
+class TokenWindows(Sequence[tuple[Any, int]]):
+    """The windows of one decoded block, each made on access: the block stays in its file's dtype
+    (a 64 MiB block of uint16 tokens is not held as 256 MiB of int64), and each window is an int64
+    tensor of its own (holding one does not keep the block alive).
+
+    Args:
+        tokens: The block's tokens in the file's dtype (a view of its bytes).
+        carry: int64: the tokens its last window takes from the following file(s) (may be empty).
+        width: Tokens per window.
+        pairs: Yield ``((input, target), -1)`` instead of ``(window, -1)``.
+    """
+
+    def __init__(self, tokens: np.ndarray, carry: np.ndarray, width: int, pairs: bool) -> None:
+        self.tokens, self.carry, self.width, self.pairs = tokens, carry, width, pairs
+
+    def __len__(self) -> int:
+        return (len(self.tokens) + len(self.carry)) // self.width
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[Any, int]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Any, int] | list[tuple[Any, int]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"window {index} of a block of {len(self)} windows")
+        first = (index % len(self)) * self.width
+        window = self.tokens[first:first + self.width].astype(np.int64)  # a copy, in native byte order
+        if len(window) < self.width:
+            window = np.concatenate([window, self.carry])
+        tensor = torch.from_numpy(window)
+        return ((tensor[:-1], tensor[1:]) if self.pairs else tensor), -1
+
+
 class TokenDecoder:
-    """A block's bytes (plus its carried tokens) as windows: ``(window, -1)`` or ``((input, target), -1)``.
+    """A block's bytes (plus its carried tokens) as windows (:class:`TokenWindows`).
 
     Windows are int64 tensors of ``seq_len + 1`` tokens; inputs and targets of ``seq_len`` tokens.
     """
@@ -224,17 +261,12 @@ class TokenDecoder:
         self.block_file = extra["block_file"]
         self.carries = extra["carries"]
 
-    def decode(self, block_index: int, data: bytes) -> Sequence[tuple[Any, int]]:
+    def decode(self, block_index: int, data: bytes) -> TokenWindows:
         """Raises: DecodeError (the bytes are not whole windows: the block is not what the manifest planned)."""
         dtype = self.dtypes[self.block_file[block_index]]
-        carry = self.carries.get(str(block_index), ())
+        carry = np.asarray(self.carries.get(str(block_index), ()), dtype=np.int64)
         if len(data) % dtype.itemsize or (len(data) // dtype.itemsize + len(carry)) % self.width:
             raise DecodeError(f"token block {block_index} of {len(data)} bytes ({dtype.name}, {len(carry)} carried "
-                              f"tokens) is not a whole number of windows of {self.width} tokens")
-        tokens = np.frombuffer(data, dtype=dtype).astype(np.int64)
-        if carry:
-            tokens = np.concatenate([tokens, np.asarray(carry, dtype=np.int64)])
-        windows = torch.from_numpy(tokens.reshape(-1, self.width))
-        if self.pairs:
-            return [((window[:-1], window[1:]), -1) for window in windows]
-        return [(window, -1) for window in windows]
+                              f"tokens) is not a whole number of windows of {self.width} tokens; list the "
+                              "dataset again (refresh_manifest=True)")
+        return TokenWindows(np.frombuffer(data, dtype=dtype), carry, self.width, self.pairs)
