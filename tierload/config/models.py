@@ -233,7 +233,7 @@ class PolicyConfig(_Frozen):
 
 # The layouts a configuration may name. The registry (tierload.data.layouts.registry) implements
 # exactly these; it is checked equal at import, so the configuration never depends on the data room.
-LAYOUT_NAMES = ("imagefolder", "parquet", "files", "webdataset", "npy")
+LAYOUT_NAMES = ("imagefolder", "parquet", "files", "webdataset", "npy", "tokens")
 
 
 class ManifestConfig(_Frozen):
@@ -253,6 +253,14 @@ class ManifestConfig(_Frozen):
     # "mixed": packs take small objects in a fixed pseudo-random order, so a pack holds samples of
     # many class folders; "listing": neighbours in listing order (a pack is then mostly one class).
     pack_order: Literal["mixed", "listing"] = "mixed"
+    # tokens layout (docs/training.md, "Token windows"): windows of seq_len_tokens + 1 tokens, back to
+    # back; token_dtype is the dtype of a raw .bin (a .npy or a Megatron .idx says its own);
+    # token_cross_files: true lets a window run on into the next file in listing order; token_output:
+    # "window" (one int64 tensor of seq_len_tokens + 1) or "pair" ((input, target), seq_len_tokens each).
+    seq_len_tokens: int = Field(2048, ge=1)
+    token_dtype: Literal["uint16", "uint32"] = "uint16"
+    token_cross_files: bool = True
+    token_output: Literal["window", "pair"] = "window"
 
     _parse_sizes = field_validator("block_bytes", "pack_threshold_bytes", "pack_target_bytes",
                                    mode="before")(_bytes_field)

@@ -5,7 +5,8 @@ A batch is a list of ``(sample, label)`` pairs; :func:`collate` returns ``(sampl
 * tensors of one shape and dtype are stacked into one tensor (images, ``.npy`` rows, numeric
   Parquet lists); tensors of different shapes (images of mixed sizes) stay a list;
 * dicts (Parquet rows, WebDataset samples) are collated key by key, so a batch of rows becomes
-  a dict of columns;
+  a dict of columns; tuples of one length (the ``tokens`` layout's ``(input, target)`` pairs)
+  field by field, so a batch of pairs becomes a pair of batches;
 * ints, floats and bools become a tensor; ``bytes`` (raw files), ``str``, ``None`` and other
   objects stay a list;
 * labels become an int64 tensor (-1 where unknown).
@@ -43,6 +44,8 @@ def collate_values(values: Sequence[Any]) -> Any:
         return torch.tensor([int(v) for v in values], dtype=torch.int64)
     if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
         return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    if all(isinstance(v, tuple) and len(v) == len(first) for v in values):  # (input, target) token pairs
+        return tuple(collate_values(list(field)) for field in zip(*values, strict=True))
     if all(isinstance(v, dict) for v in values):
         keys = list(dict.fromkeys(key for v in values for key in v))
         return {key: collate_values([v.get(key, _MISSING) for v in values]) for key in keys}

@@ -71,7 +71,7 @@ class TieredDataset(IterableDataset):
 
     Args:
         url: Dataset prefix, e.g. ``s3://bucket/train``: image folders, Parquet files, WebDataset
-            tar shards, ``.npy`` files, or raw files.
+            tar shards, ``.npy`` files, token files (``layout="tokens"``), or raw files.
         config: A :class:`TierloadConfig`, a mapping, a YAML path, or None (embedded defaults).
         shuffle: True (sample-level shuffle, or block-aware for multi-sample blocks), False,
             or one of ``"sample"``, ``"block"``, ``"none"``.
@@ -85,7 +85,7 @@ class TieredDataset(IterableDataset):
             repeating the first samples of the epoch's order (like ``DistributedSampler``),
             True drops the remainder. Either way every rank yields the same number of samples.
         rank, world_size: Override ``torch.distributed`` (default: its rank/world size, else 0/1).
-        layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, or None
+        layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, ``tokens``, or None
             (``manifest.layout``, ``auto`` by default).
         columns: Parquet columns to read (None: all).
         window_blocks: Blocks per shuffle window in block-aware shuffle.
@@ -104,7 +104,9 @@ class TieredDataset(IterableDataset):
     Yields:
         ``(sample, label)``: images as uint8 tensors (C, H, W); Parquet rows as dicts of
         tensors/values; WebDataset samples as dicts of decoded fields (``__key__`` included);
-        ``.npy`` rows as tensors; raw files as ``bytes``. ``label`` is an int (-1 when unknown).
+        ``.npy`` rows as tensors; token windows as int64 tensors of ``manifest.seq_len_tokens + 1``
+        tokens (or ``(input, target)`` pairs, see :mod:`tierload.data.layouts.tokens`); raw files as
+        ``bytes``. ``label`` is an int (-1 when unknown).
         :func:`tierload.collate` batches all of them.
 
     Raises:

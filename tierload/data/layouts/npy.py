@@ -64,6 +64,23 @@ def parse_npy_header(head: bytes, url: str = "") -> tuple[np.dtype, tuple[int, .
     return dtype, shape, start + header_len
 
 
+def read_npy_header(source: ColdSource, obj: ObjectInfo) -> tuple[np.dtype, tuple[int, ...], int]:
+    """``(dtype, shape, data_offset)`` of the ``.npy`` object ``obj``: one small ranged GET (two for
+    a header longer than 4 KiB), pinned to the listed version.
+
+    Raises:
+        ManifestError: Not a readable .npy (see :func:`parse_npy_header`).
+        SourceChangedError: The object changed since it was listed.
+    """
+    head = source.read(obj.url, obj.version, 0, min(obj.size, _HEAD_GUESS))
+    if len(head) >= 12 and head.startswith(_MAGIC):
+        need = (struct.unpack("<H", head[8:10])[0] + 10 if head[6] == 1
+                else struct.unpack("<I", head[8:12])[0] + 12)
+        if need > len(head):
+            head = source.read(obj.url, obj.version, 0, min(obj.size, need))
+    return parse_npy_header(head, obj.url)
+
+
 def plan_npy(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: int) -> LayoutPlan:
     """Blocks = byte ranges of whole rows of every ``.npy`` file; samples = rows.
 
@@ -82,13 +99,7 @@ def plan_npy(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: int)
         if obj.size == 0:
             skipped[obj.url] = "zero-byte object is not a .npy file"
             continue
-        head = source.read(obj.url, obj.version, 0, min(obj.size, _HEAD_GUESS))
-        if len(head) >= 12 and head.startswith(_MAGIC):
-            need = (struct.unpack("<H", head[8:10])[0] + 10 if head[6] == 1
-                    else struct.unpack("<I", head[8:12])[0] + 12)
-            if need > len(head):
-                head = source.read(obj.url, obj.version, 0, min(obj.size, need))
-        dtype, shape, offset = parse_npy_header(head, obj.url)
+        dtype, shape, offset = read_npy_header(source, obj)
         rows = shape[0] if shape else 1
         row_shape = list(shape[1:]) if shape else []
         row_bytes = int(math.prod(row_shape)) * dtype.itemsize

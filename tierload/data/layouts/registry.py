@@ -85,6 +85,14 @@ def _plan_npy(source: ColdSource, objects: ObjectListing, config: ManifestConfig
     return plan_npy(source, list(objects), block_bytes=config.block_bytes)
 
 
+def _plan_tokens(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.tokens import plan_tokens
+
+    return plan_tokens(source, list(objects), block_bytes=config.block_bytes, seq_len=config.seq_len_tokens,
+                       raw_dtype=config.token_dtype, cross_files=config.token_cross_files,
+                       output=config.token_output)
+
+
 def _image_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.objects import ImageDecoder
 
@@ -115,6 +123,12 @@ def _npy_decoder(manifest: Manifest, label_column: str | None, columns: list[str
     return NpyDecoder(manifest.extra)
 
 
+def _tokens_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.tokens import TokenDecoder
+
+    return TokenDecoder(manifest.extra)
+
+
 LAYOUTS: Mapping[str, LayoutSpec] = {spec.name: spec for spec in (
     LayoutSpec("imagefolder", _plan_imagefolder, _image_decoder, False, None,
                "image files (manifest.extensions) in one folder per class"),
@@ -126,6 +140,8 @@ LAYOUTS: Mapping[str, LayoutSpec] = {spec.name: spec for spec in (
                "WebDataset tar shards; members sharing a basename are one sample"),
     LayoutSpec("npy", _plan_npy, _npy_decoder, True, ".npy",
                ".npy arrays; a row of the first axis is a sample"),
+    LayoutSpec("tokens", _plan_tokens, _tokens_decoder, False, None,
+               "token files (.bin, .npy, Megatron-LM .bin + .idx) as windows of manifest.seq_len_tokens + 1 tokens"),
 )}
 if tuple(LAYOUTS) != LAYOUT_NAMES:  # the names the configuration accepts, each with its entry here
     raise ImportError(f"the layout registry {tuple(LAYOUTS)} and config's LAYOUT_NAMES {LAYOUT_NAMES} differ")
