@@ -87,7 +87,8 @@ class TieredDataset(IterableDataset):
         rank, world_size: Override ``torch.distributed`` (default: its rank/world size, else 0/1).
         layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, or None
             (``manifest.layout``, ``auto`` by default).
-        columns: Parquet columns to read (None: all).
+        columns: Parquet columns to read (None: all); only these columns' chunks are fetched from
+            the cold tier (a block per row group and projection).
         window_blocks: Blocks per shuffle window in block-aware shuffle.
         refresh_manifest: List the cold prefix again even if a cached manifest exists, and
             drop cached copies of blocks whose source changed.
@@ -183,8 +184,11 @@ class TieredDataset(IterableDataset):
         source = ColdSource(self._cold, self.config.cold)
         previous = self._cached_keys(source) if self.refresh_manifest else set()
         settings = manifest_settings(self.config)
-        self._manifest = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
-        self._manifest_path = cache_path(source, settings, self.layout)
+        listed = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
+        # With columns=, a layout that fetches columns apart reads only theirs (its own block keys).
+        self._manifest = listed.projected(self.columns, settings.label_column)
+        # The node cache maps the cached file when it holds these blocks; a projection's are sent.
+        self._manifest_path = cache_path(source, settings, self.layout) if self._manifest is listed else None
         self._agree_across_ranks()  # before Ray: ranks that disagree stop here, all of them
         if self.shuffle == "sample" and self._manifest.num_packs:
             log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
