@@ -85,10 +85,11 @@ class TieredDataset(IterableDataset):
             repeating the first samples of the epoch's order (like ``DistributedSampler``),
             True drops the remainder. Either way every rank yields the same number of samples.
         rank, world_size: Override ``torch.distributed`` (default: its rank/world size, else 0/1).
-        layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, or None
+        layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, ``jsonl``,
+            ``lines``, ``arrow``, or None
             (``manifest.layout``, ``auto`` by default).
-        columns: Parquet columns to read (None: all); only these columns' chunks are fetched from
-            the cold tier (a block per row group and projection).
+        columns: Columns to read (None: all): Parquet fetches only these columns' chunks from
+            the cold tier (a block per row group and projection); Arrow selects them after decoding.
         window_blocks: Blocks per shuffle window in block-aware shuffle.
         refresh_manifest: List the cold prefix again even if a cached manifest exists, and
             drop cached copies of blocks whose source changed.
@@ -105,7 +106,8 @@ class TieredDataset(IterableDataset):
     Yields:
         ``(sample, label)``: images as uint8 tensors (C, H, W); Parquet rows as dicts of
         tensors/values; WebDataset samples as dicts of decoded fields (``__key__`` included);
-        ``.npy`` rows as tensors; raw files as ``bytes``. ``label`` is an int (-1 when unknown).
+        ``.npy`` rows as tensors; JSONL lines parsed (a ``dict`` per object line); text lines
+        and raw files as ``bytes``; Arrow rows as Parquet rows. ``label`` is an int (-1 when unknown).
         :func:`tierload.collate` batches all of them.
 
     Raises:

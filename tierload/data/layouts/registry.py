@@ -92,6 +92,31 @@ def _plan_npy(source: ColdSource, objects: ObjectListing, config: ManifestConfig
     return plan_npy(source, list(objects), block_bytes=config.block_bytes)
 
 
+def _plan_jsonl(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.lines import plan_lines
+
+    return plan_lines(source, list(objects), block_bytes=config.block_bytes, parse=True,
+                      on_bad_lines=config.on_bad_lines)
+
+
+def _plan_lines(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.lines import plan_lines
+
+    return plan_lines(source, list(objects), block_bytes=config.block_bytes, parse=False)
+
+
+def _plan_arrow(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.arrow import plan_arrow
+
+    return plan_arrow(source, list(objects), block_bytes=config.block_bytes)
+
+
+def _arrow_columns(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:
+    from tierload.data.layouts.arrow import check_columns
+
+    return check_columns(manifest, columns, label_column)
+
+
 def _image_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.objects import ImageDecoder
 
@@ -131,6 +156,24 @@ def _npy_decoder(manifest: Manifest, label_column: str | None, columns: list[str
     return NpyDecoder(manifest.extra)
 
 
+def _jsonl_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.lines import LinesDecoder
+
+    return LinesDecoder(manifest.extra, parse=True)
+
+
+def _lines_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.lines import LinesDecoder
+
+    return LinesDecoder(manifest.extra, parse=False)
+
+
+def _arrow_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.arrow import ArrowDecoder
+
+    return ArrowDecoder(manifest.extra, label_column, columns)
+
+
 LAYOUTS: Mapping[str, LayoutSpec] = {spec.name: spec for spec in (
     LayoutSpec("imagefolder", _plan_imagefolder, _image_decoder, False, None,
                "image files (manifest.extensions) in one folder per class"),
@@ -143,6 +186,13 @@ LAYOUTS: Mapping[str, LayoutSpec] = {spec.name: spec for spec in (
                "WebDataset tar shards; members sharing a basename are one sample"),
     LayoutSpec("npy", _plan_npy, _npy_decoder, True, ".npy",
                ".npy arrays; a row of the first axis is a sample"),
+    LayoutSpec("jsonl", _plan_jsonl, _jsonl_decoder, False, ".jsonl",
+               "JSONL files (.jsonl/.ndjson, plain or .zst/.gz); a line is a sample, parsed as JSON"),
+    LayoutSpec("lines", _plan_lines, _lines_decoder, False, None,
+               "text files (.txt, plain or .zst/.gz); a line is a sample, as raw bytes"),
+    LayoutSpec("arrow", _plan_arrow, _arrow_decoder, False, ".arrow",
+               "Arrow IPC files or streams (Hugging Face datasets shards); record batches are blocks, "
+               "a row a sample", _arrow_columns),
 )}
 if tuple(LAYOUTS) != LAYOUT_NAMES:  # the names the configuration accepts, each with its entry here
     raise ImportError(f"the layout registry {tuple(LAYOUTS)} and config's LAYOUT_NAMES {LAYOUT_NAMES} differ")
