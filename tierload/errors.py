@@ -20,6 +20,7 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     ├── ManifestError(ValueError)          the dataset cannot be described (empty prefix, bad layout)
     │   └── ManifestMismatchError          ranks of one job listed different contents (torch.distributed)
     ├── DecodeError(ValueError)            block bytes do not decode into samples (not an image, bad tar)
+    │   └── BadLineError                   a JSONL line is not JSON (names the file and line number)
     ├── CodecError(ValueError)             bytes do not decode as zstd (a frame decoder makes it IntegrityError)
     └── ServiceError(RuntimeError)         a tierload actor or its local channel failed
         ├── ChannelLostError               the node cache's local channel broke or cannot be reached
@@ -150,6 +151,20 @@ class ManifestMismatchError(ManifestError):
 
 class DecodeError(TierloadError, ValueError):
     """Block bytes could not be decoded into samples (e.g. not an image, not a run of tar members)."""
+
+
+class BadLineError(DecodeError):
+    """A line of a JSONL file does not parse as JSON.
+
+    Args:
+        message: The file, the line number and the fix (``manifest.on_bad_lines: skip``).
+        line: The bad line's number in its file (1-based, counted in the decompressed text).
+        **context: As :class:`TierloadError` (``url`` is the file).
+    """
+
+    def __init__(self, message: str, *, line: int = 0, **context) -> None:
+        super().__init__(message, **context)
+        self.line = line
 
 
 class CodecError(TierloadError, ValueError):

@@ -233,7 +233,7 @@ class PolicyConfig(_Frozen):
 
 # The layouts a configuration may name. The registry (tierload.data.layouts.registry) implements
 # exactly these; it is checked equal at import, so the configuration never depends on the data room.
-LAYOUT_NAMES = ("imagefolder", "parquet", "files", "webdataset", "npy", "tokens")
+LAYOUT_NAMES = ("imagefolder", "parquet", "files", "webdataset", "npy", "tokens", "jsonl", "lines", "arrow")
 
 
 class ManifestConfig(_Frozen):
@@ -261,6 +261,9 @@ class ManifestConfig(_Frozen):
     token_dtype: Literal["uint16", "uint32"] = "uint16"
     token_cross_files: bool = True
     token_output: Literal["window", "pair"] = "window"
+    # jsonl: a line that is not JSON raises BadLineError naming file and line ("error"), or is
+    # left out of the samples when the manifest is built and counted ("skip").
+    on_bad_lines: Literal["error", "skip"] = "error"
 
     _parse_sizes = field_validator("block_bytes", "pack_threshold_bytes", "pack_target_bytes",
                                    mode="before")(_bytes_field)

@@ -16,11 +16,11 @@ if TYPE_CHECKING:
 
 def cold_requests(block: Block) -> list[tuple[str, str, int, int]]:
     """The ``(url, version, offset, length)`` ranges that make up ``block``: its byte range, or
-    each of a pack's members whole, in pack order."""
+    each of a pack's members (a whole object, or a byte range of one), in pack order."""
     members = block.members
     if members is None:
         return [(block.url, block.version, block.offset, block.length)]
-    return [(url, version, 0, size) for url, version, size in members.rows()]
+    return members.requests()
 
 
 def read_cold(source: ColdSource, block: Block, tally: dict | None = None) -> bytes:

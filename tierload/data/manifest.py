@@ -10,6 +10,7 @@ can never be served an old cached copy.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -111,6 +112,25 @@ class Manifest:
         """The block decoder for this layout (see :mod:`tierload.data.layouts.registry`)."""
         return layout_spec(self.layout).decoder(self, label_column, columns)
 
+    def projected(self, columns: list[str] | None, label_column: str | None = "label") -> "Manifest":
+        """This manifest with blocks that hold only ``columns`` (and ``label_column``), for layouts
+        that fetch columns apart (Parquet: each row group's wanted column chunks); itself when
+        ``columns`` is None or the layout selects columns after decoding.
+
+        The projected blocks have their own keys, so the returned manifest has its own
+        :attr:`dataset_id` and never shares a cached block with another projection.
+
+        Raises:
+            ConfigError: A column is not in the data (layouts that project).
+        """
+        project = layout_spec(self.layout).project
+        if columns is None or project is None:
+            return self
+        blocks = project(self, list(columns), label_column)
+        if all(new is old for new, old in zip(blocks, self.blocks, strict=True)):
+            return self
+        return dataclasses.replace(self, blocks=blocks)
+
     def to_json(self) -> str:
         return json.dumps({
             "format": FORMAT_VERSION, "url": self.url, "layout": self.layout, "created_at": self.created_at,
@@ -121,7 +141,8 @@ class Manifest:
             "labels": _encode_array(self.labels), "classes": self.classes, "extra": self.extra,
             "skipped": self.skipped,
             "packs": {str(index): [b.members.urls.to_pylist(), b.members.versions.to_pylist(),
-                                   b.members.sizes.tolist()]
+                                   b.members.sizes.tolist(),
+                                   None if b.members.offsets is None else b.members.offsets.tolist()]
                       for index, b in enumerate(self.blocks) if b.members is not None},
         })
 
@@ -131,8 +152,8 @@ class Manifest:
         if data.get("format") != FORMAT_VERSION:
             raise ManifestError(f"cached manifest has format {data.get('format')!r}, expected {FORMAT_VERSION}")
         columns = data["blocks"]
-        packs = {int(index): PackMembers.of(urls, versions, sizes)
-                 for index, (urls, versions, sizes) in data["packs"].items()}
+        packs = {int(index): PackMembers.of(pack[0], pack[1], pack[2], pack[3] if len(pack) > 3 else None)
+                 for index, pack in data["packs"].items()}
         blocks = [Block(*row, packs.get(index)) for index, row in enumerate(zip(
             columns["key"], columns["url"], columns["version"], columns["offset"], columns["length"], strict=True))]
         return cls(url=data["url"], layout=data["layout"], blocks=blocks,
@@ -176,8 +197,10 @@ def _member_columns(members: list[PackMembers]) -> tuple[PackMembers, np.ndarray
     if members and len(listings) == 1 and all(isinstance(m, ListedMembers) for m in members):
         ids = np.concatenate([m.ids for m in members if isinstance(m, ListedMembers)])
         return next(iter(listings.values())), ids
+    offsets = (np.concatenate([m._offsets_or_zeros() for m in members])
+               if any(m.offsets is not None for m in members) else None)
     joined = PackMembers(_joined([m.urls for m in members]), _joined([m.versions for m in members]),
-                         np.concatenate([m.sizes for m in members] or [np.zeros(0, np.int64)]))
+                         np.concatenate([m.sizes for m in members] or [np.zeros(0, np.int64)]), offsets)
     count = len(joined.sizes)
     return joined, np.arange(count, dtype=np.int32 if count < 2**31 else np.int64)
 
@@ -211,6 +234,8 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
         "member_version": listing.versions.cast(strings),
         "member_size": int64_array(listing.sizes),
     }
+    if listing.offsets is not None:  # members that are byte ranges of their objects
+        columns["member_offset"] = int64_array(listing.offsets)
     meta = {"format": FORMAT_VERSION, "url": manifest.url, "layout": manifest.layout,
             "created_at": manifest.created_at, "classes": manifest.classes, "extra": manifest.extra,
             "skipped": manifest.skipped}
@@ -251,7 +276,8 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
     def numbers(name: str) -> np.ndarray:
         return to_numpy(column(name))
 
-    listing = PackMembers(column("member_url"), column("member_version"), numbers("member_size"))
+    offsets = numbers("member_offset") if "member_offset" in table.column_names else None
+    listing = PackMembers(column("member_url"), column("member_version"), numbers("member_size"), offsets)
     member_ids, pack_first = numbers("member_id"), numbers("pack_first")
     packs = {int(block): ListedMembers(listing, member_ids[lo:hi])
              for block, lo, hi in zip(numbers("pack_block").tolist(), pack_first[:-1].tolist(),

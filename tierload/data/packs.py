@@ -65,38 +65,61 @@ class PackMembers:
         versions: Arrow large_string array (members,): source version (ETag or ``mtime-size``) of
             each member at listing time.
         sizes: int64 array (members,): size in bytes of each member (0 for an empty object).
+        offsets: int64 array (members,): first byte of each member in its object, for a block made
+            of byte ranges (a Parquet row group's projected column chunks: ranges of one object);
+            None for whole objects (every offset 0).
     """
 
     urls: pa.Array
     versions: pa.Array
     sizes: np.ndarray
+    offsets: np.ndarray | None = None
 
     @classmethod
-    def of(cls, urls: Sequence[str], versions: Sequence[str], sizes: Sequence[int]) -> "PackMembers":
-        """Members from Python sequences of equal length.
+    def of(cls, urls: Sequence[str], versions: Sequence[str], sizes: Sequence[int],
+           offsets: Sequence[int] | None = None) -> "PackMembers":
+        """Members from Python sequences of equal length (``offsets``: byte ranges, None: whole objects).
 
         Raises:
             ValueError: The sequences differ in length.
         """
-        if not len(urls) == len(versions) == len(sizes):
+        if not len(urls) == len(versions) == len(sizes) or (offsets is not None and len(offsets) != len(sizes)):
             raise ValueError(f"pack columns differ in length: urls={len(urls)}, versions={len(versions)}, "
-                             f"sizes={len(sizes)}")
-        return cls(large_strings(urls), large_strings(versions), np.asarray(sizes, dtype=np.int64))
+                             f"sizes={len(sizes)}, offsets={None if offsets is None else len(offsets)}")
+        return cls(large_strings(urls), large_strings(versions), np.asarray(sizes, dtype=np.int64),
+                   None if offsets is None else np.asarray(offsets, dtype=np.int64))
+
+    @classmethod
+    def ranges(cls, url: str, version: str, spans: Sequence[tuple[int, int]]) -> "PackMembers":
+        """Members that are byte ranges ``(offset, length)`` of one object (of ``version``)."""
+        return cls.of([url] * len(spans), [version] * len(spans), [length for _, length in spans],
+                      [offset for offset, _ in spans])
 
     def rows(self) -> list[tuple[str, str, int]]:
         """``(url, version, size)`` of each member, as Python values (built on demand)."""
         return list(zip(self.urls.to_pylist(), self.versions.to_pylist(), self.sizes.tolist(), strict=True))
 
+    def requests(self) -> list[tuple[str, str, int, int]]:
+        """``(url, version, offset, length)`` of each member: its byte range (whole objects from 0)."""
+        offsets = self.offsets.tolist() if self.offsets is not None else [0] * len(self)
+        return [(url, version, offset, size) for (url, version, size), offset
+                in zip(self.rows(), offsets, strict=True)]
+
     def __reduce__(self):
         # Compact copies: a slice of a memory-mapped manifest would otherwise pickle the whole column.
         return PackMembers, (pa.concat_arrays([self.urls]), pa.concat_arrays([self.versions]),
-                             np.array(self.sizes, dtype=np.int64))
+                             np.array(self.sizes, dtype=np.int64),
+                             None if self.offsets is None else np.array(self.offsets, dtype=np.int64))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PackMembers):
             return NotImplemented
         return (self.urls.equals(other.urls) and self.versions.equals(other.versions)
-                and np.array_equal(self.sizes, other.sizes))
+                and np.array_equal(self.sizes, other.sizes)
+                and np.array_equal(self._offsets_or_zeros(), other._offsets_or_zeros()))
+
+    def _offsets_or_zeros(self) -> np.ndarray:
+        return self.offsets if self.offsets is not None else np.zeros(len(self), np.int64)
 
     def __hash__(self) -> int:
         return hash(self.digest())
@@ -115,9 +138,15 @@ class PackMembers:
         return str(self.urls[0].as_py())
 
     def digest(self) -> str:
-        """A version of the pack as a whole: changes when any member's URL, version or size does."""
-        return pack_digests(self.urls, self.versions, self.sizes, np.zeros(1, np.int64),
-                            np.array([len(self)], np.int64))[0]
+        """A version of the pack as a whole: changes when any member's URL, version, size or
+        offset does (a pack of whole objects keeps the digest it had before offsets existed)."""
+        whole = pack_digests(self.urls, self.versions, self.sizes, np.zeros(1, np.int64),
+                             np.array([len(self)], np.int64))[0]
+        if self.offsets is None or not self.offsets.any():
+            return whole
+        ranged = xxhash.xxh3_128(whole.encode())
+        ranged.update(np.ascontiguousarray(self.offsets, dtype="<i8").tobytes())
+        return f"ranges-{ranged.hexdigest()}"
 
     def key(self) -> str:
         """The pack's tier key (see :mod:`tierload.stores.keys`); its slug is the first member's name."""
@@ -155,6 +184,10 @@ class ListedMembers(PackMembers):
     @property
     def sizes(self) -> np.ndarray:
         return self.listing.sizes[self.ids]
+
+    @property
+    def offsets(self) -> np.ndarray | None:
+        return None if self.listing.offsets is None else self.listing.offsets[self.ids]
 
     def __len__(self) -> int:
         return len(self.ids)

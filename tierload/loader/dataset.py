@@ -85,9 +85,11 @@ class TieredDataset(IterableDataset):
             repeating the first samples of the epoch's order (like ``DistributedSampler``),
             True drops the remainder. Either way every rank yields the same number of samples.
         rank, world_size: Override ``torch.distributed`` (default: its rank/world size, else 0/1).
-        layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, ``tokens``, or None
+        layout: One of ``imagefolder``, ``parquet``, ``files``, ``webdataset``, ``npy``, ``tokens``,
+            ``jsonl``, ``lines``, ``arrow``, or None
             (``manifest.layout``, ``auto`` by default).
-        columns: Parquet columns to read (None: all).
+        columns: Columns to read (None: all): Parquet fetches only these columns' chunks from
+            the cold tier (a block per row group and projection); Arrow selects them after decoding.
         window_blocks: Blocks per shuffle window in block-aware shuffle.
         refresh_manifest: List the cold prefix again even if a cached manifest exists, and
             drop cached copies of blocks whose source changed.
@@ -105,8 +107,9 @@ class TieredDataset(IterableDataset):
         ``(sample, label)``: images as uint8 tensors (C, H, W); Parquet rows as dicts of
         tensors/values; WebDataset samples as dicts of decoded fields (``__key__`` included);
         ``.npy`` rows as tensors; token windows as int64 tensors of ``manifest.seq_len_tokens + 1``
-        tokens (or ``(input, target)`` pairs, see :mod:`tierload.data.layouts.tokens`); raw files as
-        ``bytes``. ``label`` is an int (-1 when unknown).
+        tokens (or ``(input, target)`` pairs, see :mod:`tierload.data.layouts.tokens`); JSONL lines
+        parsed (a ``dict`` per object line); text lines and raw files as ``bytes``; Arrow rows as
+        Parquet rows. ``label`` is an int (-1 when unknown).
         :func:`tierload.collate` batches all of them.
 
     Raises:
@@ -184,8 +187,11 @@ class TieredDataset(IterableDataset):
         source = ColdSource(self._cold, self.config.cold)
         previous = self._cached_keys(source) if self.refresh_manifest else set()
         settings = manifest_settings(self.config)
-        self._manifest = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
-        self._manifest_path = cache_path(source, settings, self.layout)
+        listed = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
+        # With columns=, a layout that fetches columns apart reads only theirs (its own block keys).
+        self._manifest = listed.projected(self.columns, settings.label_column)
+        # The node cache maps the cached file when it holds these blocks; a projection's are sent.
+        self._manifest_path = cache_path(source, settings, self.layout) if self._manifest is listed else None
         self._agree_across_ranks()  # before Ray: ranks that disagree stop here, all of them
         if self.shuffle == "sample" and self._manifest.num_packs:
             log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "

@@ -22,6 +22,8 @@ alone, never of what else its row group holds (case B46):
   equal-length rows into ``(batch, length)`` tensors (and masks);
 * every other type: what ``pyarrow.Array.to_pylist`` gives (strings, bytes, nested lists,
   structs), ``None`` for nulls.
+
+(:mod:`tierload.data.layouts.table_rows` does this, for the Arrow layout too.)
 """
 
 from __future__ import annotations
@@ -30,20 +32,23 @@ import base64
 import logging
 import struct
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import torch
 
 from tierload.data.blocks import Block
 from tierload.data.layouts.base import LayoutPlan
 from tierload.data.layouts.sparse import SparseFile
-from tierload.errors import DecodeError, ManifestError
+from tierload.data.layouts.table_rows import table_samples
+from tierload.data.packs import PackMembers
+from tierload.errors import ConfigError, ManifestError
 from tierload.stores.cold.listing import ObjectInfo
 from tierload.stores.cold.source import ColdSource
+
+if TYPE_CHECKING:
+    from tierload.data.manifest import Manifest
 
 _TAIL_GUESS = 64 * 1024
 log = logging.getLogger(__name__)
@@ -76,15 +81,63 @@ def metadata_from_footer(footer: bytes) -> pq.FileMetaData:
 
 def row_group_range(row_group: pq.RowGroupMetaData) -> tuple[int, int]:
     """Byte range ``[start, end)`` of a row group's column chunks in its file."""
-    starts, ends = [], []
-    for j in range(row_group.num_columns):
-        column = row_group.column(j)
-        start = column.data_page_offset
-        if column.has_dictionary_page and column.dictionary_page_offset:
-            start = min(start, column.dictionary_page_offset)
-        starts.append(start)
-        ends.append(start + column.total_compressed_size)
-    return min(starts), max(ends)
+    spans = [column_chunk_range(row_group.column(j)) for j in range(row_group.num_columns)]
+    return min(start for start, _ in spans), max(end for _, end in spans)
+
+
+def column_chunk_range(column: pq.ColumnChunkMetaData) -> tuple[int, int]:
+    """Byte range ``[start, end)`` of one column chunk (its dictionary page, if any, included)."""
+    start = column.data_page_offset
+    if column.has_dictionary_page and column.dictionary_page_offset:
+        start = min(start, column.dictionary_page_offset)
+    return start, start + column.total_compressed_size
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[start, end)`` spans sorted, with touching or overlapping ones joined (one GET each)."""
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end) for start, end in merged]
+
+
+def project_blocks(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:
+    """The blocks of ``manifest`` (a Parquet manifest) holding only the chunks of ``columns``.
+
+    A row group whose every column is wanted keeps its block (and its cache entry); any other
+    becomes a block made of the byte ranges of the wanted column chunks in its file (touching
+    chunks joined), a :class:`~tierload.data.packs.PackMembers` of ranges: fetched with one
+    ranged GET per range, cached and counted as one block whose key derives from those ranges,
+    so two projections never share a cache entry. ``label_column`` is read too when the file
+    has it.
+
+    Raises:
+        ConfigError: A column of ``columns`` is in no file's schema (the message lists them).
+    """
+    files, row_groups = manifest.extra["files"], manifest.extra["row_groups"]
+    metadata = [metadata_from_footer(base64.b64decode(f["footer"])) for f in files]
+    known = {name for meta in metadata for name in meta.schema.to_arrow_schema().names}
+    missing = [name for name in columns if name not in known]
+    if missing:
+        raise ConfigError(f"columns={columns!r}: {missing} in no Parquet file under {manifest.url}; "
+                          f"the files have {sorted(known)}")
+    wanted = [*columns, *([label_column] if label_column and label_column not in columns else [])]
+    blocks: list[Block] = []
+    for block, (file_index, rg) in zip(manifest.blocks, row_groups, strict=True):
+        group = metadata[file_index].row_group(rg)
+        leaves = [group.column(j) for j in range(group.num_columns)
+                  if any(group.column(j).path_in_schema == name or group.column(j).path_in_schema.startswith(name + ".")
+                         for name in wanted)]
+        if len(leaves) == group.num_columns or not leaves:
+            blocks.append(block)
+            continue
+        spans = _merged([column_chunk_range(column) for column in leaves])
+        blocks.append(Block.pack(PackMembers.ranges(block.url, block.version,
+                                                    [(start, end - start) for start, end in spans])))
+    return blocks
 
 
 def plan_parquet(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: int | None = None) -> LayoutPlan:
@@ -141,80 +194,21 @@ def plan_parquet(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: 
     )
 
 
-def _is_numeric_list(kind: pa.DataType) -> bool:
-    return (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind) or pa.types.is_large_list(kind)) and (
-        pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type))
-
-
-def _numeric_list_rows(array: pa.Array) -> list[Any]:
-    """Per-row values of a numeric list column; the type of a row depends only on the schema.
-
-    * element field not nullable (``pa.list_(pa.field("item", pa.int64(), nullable=False))``):
-      a row is a 1-D tensor of the value type (``int64`` -> ``torch.int64``, exact);
-    * element field nullable (pyarrow's default for ``pa.list_(pa.int64())``): a row is
-      ``{"values": tensor, "valid": bool tensor}`` of the row's length, ``values`` in the
-      value type with 0 where ``valid`` is False, whether or not this row group holds a null;
-    * a null row (the list itself null) is ``None``.
-
-    Raises:
-        DecodeError: The element field is declared not nullable yet holds a null.
-    """
-    if not len(array):
-        return []
-    dtype = np.dtype(array.type.value_type.to_pandas_dtype())
-    nullable_elements = array.type.value_field.nullable
-    flat = array.flatten()  # the valid rows' elements only, slicing offsets applied
-    if flat.null_count and not nullable_elements:
-        raise DecodeError(f"list column of {array.type} declares its elements not nullable yet holds "
-                          f"{flat.null_count} null elements")
-    valid = flat.is_valid().to_numpy(zero_copy_only=False)
-    values = (flat.fill_null(0) if flat.null_count else flat).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-    lengths = pc.list_value_length(array).fill_null(0).to_numpy(zero_copy_only=False)
-    bounds = np.cumsum(lengths)[:-1]
-    rows: list[Any] = []
-    for row_valid, row_values, row_mask in zip(array.is_valid().to_numpy(zero_copy_only=False),
-                                               np.split(values, bounds), np.split(valid, bounds), strict=True):
-        if not row_valid:
-            rows.append(None)
-        elif nullable_elements:
-            rows.append({"values": torch.from_numpy(row_values.copy()), "valid": torch.from_numpy(row_mask.copy())})
-        else:
-            rows.append(torch.from_numpy(row_values.copy()))
-    return rows
-
-
-def _column_values(column: pa.ChunkedArray) -> Sequence[Any]:
-    """Per-row values of a column: tensors for numeric lists (see :func:`_numeric_list_rows`), else Python values.
-
-    The type of each value depends only on ``column.type`` (see the module docstring).
-
-    Scalar numbers are Python ``int``/``float``/``bool`` with ``None`` for nulls, whatever the
-    rest of the row group holds.
-    """
-    array = column.combine_chunks()
-    kind = array.type
-    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-        if array.null_count == 0:
-            return array.to_numpy(zero_copy_only=False).tolist()
-    if _is_numeric_list(kind):
-        return _numeric_list_rows(array)
-    return array.to_pylist()
-
-
 class ParquetDecoder:
     """Decodes a row-group block into ``(row_dict, label)`` pairs.
 
     Args:
         extra: The manifest's Parquet data (file footers, row-group index per block).
-        block_offsets: Byte offset of each block in its file.
+        block_ranges: Each block's ``(offset, length)`` byte ranges in its file, in the order
+            its bytes are concatenated (one range; several for a column projection).
         label_column: Column moved out of the row into the label (None: label is -1).
         columns: Columns to read (None: all).
     """
 
-    def __init__(self, extra: dict[str, Any], block_offsets: Sequence[int], label_column: str | None,
-                 columns: list[str] | None = None) -> None:
+    def __init__(self, extra: dict[str, Any], block_ranges: Sequence[Sequence[tuple[int, int]]],
+                 label_column: str | None, columns: list[str] | None = None) -> None:
         self.files = extra["files"]
-        self.block_offsets = list(block_offsets)
+        self.block_ranges = [list(ranges) for ranges in block_ranges]
         self.row_groups = extra["row_groups"]
         self.label_column = label_column
         self.columns = columns
@@ -234,11 +228,16 @@ class ParquetDecoder:
         """Decode a block's bytes into an Arrow table of its rows."""
         file_index, row_group = self.row_groups[block_index]
         metadata = self._file_metadata(file_index)
-        sparse = SparseFile(self.files[file_index]["size"], {self.block_offsets[block_index]: data})
+        parts, at = {}, 0
+        for offset, length in self.block_ranges[block_index]:
+            parts[offset] = data[at:at + length]
+            at += length
+        sparse = SparseFile(self.files[file_index]["size"], parts)
         reader = pq.ParquetFile(sparse, metadata=metadata, pre_buffer=False)
         try:
             columns = self.columns
-            if columns is not None and self.label_column and self.label_column not in columns:
+            if (columns is not None and self.label_column and self.label_column not in columns
+                    and self.label_column in reader.schema_arrow.names):
                 columns = [*columns, self.label_column]
             return reader.read_row_group(row_group, columns=columns)
         finally:
@@ -246,11 +245,4 @@ class ParquetDecoder:
             sparse.close()
 
     def decode(self, block_index: int, data: bytes) -> Sequence[tuple[Any, int]]:
-        table = self.read_table(block_index, data)
-        names = [name for name in table.column_names if name != self.label_column]
-        values = {name: _column_values(table.column(name)) for name in names}
-        if self.label_column and self.label_column in table.column_names:
-            labels = [int(v) if v is not None else -1 for v in table.column(self.label_column).to_pylist()]
-        else:
-            labels = [-1] * table.num_rows
-        return [({name: values[name][i] for name in names}, labels[i]) for i in range(table.num_rows)]
+        return table_samples(self.read_table(block_index, data), self.label_column)

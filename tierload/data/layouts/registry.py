@@ -17,6 +17,7 @@ from tierload.errors import ConfigError
 
 if TYPE_CHECKING:
     from tierload.config.models import ManifestConfig
+    from tierload.data.blocks import Block
     from tierload.data.manifest import Manifest
     from tierload.stores.cold.listing import ObjectListing
     from tierload.stores.cold.source import ColdSource
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 Planner = Callable[["ColdSource", "ObjectListing", "ManifestConfig"], LayoutPlan]
 # (manifest, label column, columns) -> decoder
 DecoderFactory = Callable[["Manifest", "str | None", "list[str] | None"], BlockDecoder]
+# (manifest, columns, label column) -> the manifest's blocks holding only those columns
+Projector = Callable[["Manifest", "list[str]", "str | None"], "list[Block]"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class LayoutSpec:
         suffix: ``auto`` picks this layout when every non-empty object ends with it (None:
             never picked that way).
         description: One line for help texts.
+        project: ``project(manifest, columns, label_column) -> blocks``: blocks that hold only
+            those columns' bytes, for layouts that fetch columns apart (None: ``columns=``
+            selects after decoding).
     """
 
     name: str
@@ -49,6 +55,7 @@ class LayoutSpec:
     supports_direct_read: bool
     suffix: str | None
     description: str
+    project: Projector | None = None
 
 
 def _plan_imagefolder(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
@@ -93,6 +100,31 @@ def _plan_tokens(source: ColdSource, objects: ObjectListing, config: ManifestCon
                        output=config.token_output)
 
 
+def _plan_jsonl(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.lines import plan_lines
+
+    return plan_lines(source, list(objects), block_bytes=config.block_bytes, parse=True,
+                      on_bad_lines=config.on_bad_lines)
+
+
+def _plan_lines(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.lines import plan_lines
+
+    return plan_lines(source, list(objects), block_bytes=config.block_bytes, parse=False)
+
+
+def _plan_arrow(source: ColdSource, objects: ObjectListing, config: ManifestConfig) -> LayoutPlan:
+    from tierload.data.layouts.arrow import plan_arrow
+
+    return plan_arrow(source, list(objects), block_bytes=config.block_bytes)
+
+
+def _arrow_columns(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:
+    from tierload.data.layouts.arrow import check_columns
+
+    return check_columns(manifest, columns, label_column)
+
+
 def _image_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.objects import ImageDecoder
 
@@ -108,7 +140,16 @@ def _raw_decoder(manifest: Manifest, label_column: str | None, columns: list[str
 def _parquet_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.parquet import ParquetDecoder
 
-    return ParquetDecoder(manifest.extra, [b.offset for b in manifest.blocks], label_column, columns)
+    ranges = [[(b.offset, b.length)] if b.members is None else [(offset, length) for _, _, offset, length
+                                                                  in b.members.requests()]
+              for b in manifest.blocks]
+    return ParquetDecoder(manifest.extra, ranges, label_column, columns)
+
+
+def _parquet_projection(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:
+    from tierload.data.layouts.parquet import project_blocks
+
+    return project_blocks(manifest, columns, label_column)
 
 
 def _webdataset_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
@@ -129,11 +170,30 @@ def _tokens_decoder(manifest: Manifest, label_column: str | None, columns: list[
     return TokenDecoder(manifest.extra)
 
 
+def _jsonl_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.lines import LinesDecoder
+
+    return LinesDecoder(manifest.extra, parse=True)
+
+
+def _lines_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.lines import LinesDecoder
+
+    return LinesDecoder(manifest.extra, parse=False)
+
+
+def _arrow_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+    from tierload.data.layouts.arrow import ArrowDecoder
+
+    return ArrowDecoder(manifest.extra, label_column, columns)
+
+
 LAYOUTS: Mapping[str, LayoutSpec] = {spec.name: spec for spec in (
     LayoutSpec("imagefolder", _plan_imagefolder, _image_decoder, False, None,
                "image files (manifest.extensions) in one folder per class"),
     LayoutSpec("parquet", _plan_parquet, _parquet_decoder, False, ".parquet",
-               "Parquet files; a row group (or a byte range of one) is a block, a row a sample"),
+               "Parquet files; a row group (its wanted column chunks with columns=) is a block, a row a sample",
+               _parquet_projection),
     LayoutSpec("files", _plan_files, _raw_decoder, True, None,
                "any objects, one raw-bytes sample each"),
     LayoutSpec("webdataset", _plan_webdataset, _webdataset_decoder, False, ".tar",
@@ -142,6 +202,13 @@ LAYOUTS: Mapping[str, LayoutSpec] = {spec.name: spec for spec in (
                ".npy arrays; a row of the first axis is a sample"),
     LayoutSpec("tokens", _plan_tokens, _tokens_decoder, False, None,
                "token files (.bin, .npy, Megatron-LM .bin + .idx) as windows of manifest.seq_len_tokens + 1 tokens"),
+    LayoutSpec("jsonl", _plan_jsonl, _jsonl_decoder, False, ".jsonl",
+               "JSONL files (.jsonl/.ndjson, plain or .zst/.gz); a line is a sample, parsed as JSON"),
+    LayoutSpec("lines", _plan_lines, _lines_decoder, False, None,
+               "text files (.txt, plain or .zst/.gz); a line is a sample, as raw bytes"),
+    LayoutSpec("arrow", _plan_arrow, _arrow_decoder, False, ".arrow",
+               "Arrow IPC files or streams (Hugging Face datasets shards); record batches are blocks, "
+               "a row a sample", _arrow_columns),
 )}
 if tuple(LAYOUTS) != LAYOUT_NAMES:  # the names the configuration accepts, each with its entry here
     raise ImportError(f"the layout registry {tuple(LAYOUTS)} and config's LAYOUT_NAMES {LAYOUT_NAMES} differ")
