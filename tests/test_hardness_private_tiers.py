@@ -66,7 +66,10 @@ def test_an_epoch_leaves_every_tier_path_owner_only(bucket, tier_config, make_da
     # endpoint, socket and key copy beside the hot tier.
     names = {os.path.basename(path) for path in modes}
     assert {".tierload-owner.lock", ".tierload-key", ".tierload-tier", ".tmp"} <= names
-    assert "socket" in kinds.values()
+    # The channel's socket is a file beside the hot tier, unless the path is too long for a Unix
+    # socket (a long temporary directory): then it lives in Linux's abstract namespace, no file.
+    abstract = dataset._endpoint.address.startswith("\0")
+    assert abstract or "socket" in kinds.values()
     for root in (hot, ram, tmp_path / "warm"):
         blocks = [p for p in modes if p.startswith(f"{root}/") and kinds[p] == "file"
                   and not os.path.basename(p).startswith(".tierload")]

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from helpers import put_indexed_objects
 
-from tierload.config.models import load_config
+from tierload.config.loading import load_config
 from tierload.deploy.runtime import stop_actors
 
 RANK = r'''

@@ -121,6 +121,7 @@ def test_a_read_only_warm_tier_is_used_again_once_writable(tmp_path, mounts, cap
     (and writes) again once the directory is writable again."""
     from tierload.coordinator.actor import Coordinator
     from tierload.node.coordinator_sync import CoordinatorSync
+    from tierload.wire.api import CoordinatorAPI, LocalCaller
 
     caplog.set_level(logging.INFO, logger="tierload")
     warm = mounts.tmpfs(tmp_path / "warm", "4m")
@@ -128,7 +129,7 @@ def test_a_read_only_warm_tier_is_used_again_once_writable(tmp_path, mounts, cap
                               node_alive=lambda: None).start()
     blocks = [block(i, 3000) for i in range(30)]
     counts = {key: 1.0 for key, _, _ in blocks}
-    sync = CoordinatorSync("node-a", lambda method, *args: getattr(coordinator, method)(*args),
+    sync = CoordinatorSync("node-a", LocalCaller(coordinator, CoordinatorAPI),
                            lambda full: (counts, [], [], [] if full else None), lambda: 0.0,
                            warm_store=open_warm_or_none(str(warm)), write_retry_s=0.3)
 
