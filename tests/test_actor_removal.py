@@ -40,7 +40,7 @@ def tierload_warnings(caplog) -> int:
 def node_cache_handle(config):
     import ray
 
-    from tierload.deploy.runtime import node_cache_name
+    from tierload.deploy.actors import node_cache_name
 
     node_id = ray.get_runtime_context().get_node_id()
     return ray.get_actor(node_cache_name(config, node_id), namespace=config.ray.namespace)
@@ -50,7 +50,7 @@ def test_a_coordinator_killed_for_good_mid_epoch_is_created_again(s3, bucket, ti
     """Case F04: a coordinator removed with ray.kill mid-epoch is created again by the next call"""
     import ray
 
-    from tierload.deploy.runtime import coordinator_name
+    from tierload.deploy.actors import coordinator_name
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 40, size=1000)

@@ -210,7 +210,7 @@ def test_the_node_cache_reconnects_to_a_restarted_coordinator(s3, bucket, tier_c
     the warm store."""
     import ray
 
-    from tierload.deploy.runtime import coordinator_name
+    from tierload.deploy.actors import coordinator_name
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 30, size=1000)

@@ -18,7 +18,7 @@ from tierload.errors import SourceChangedError
 from tierload.frames.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.frames.checksum_key import local_key
 from tierload.stores.local import LocalDirStore
-from tierload.deploy.runtime import actor_call
+from tierload.deploy.actors import actor_call
 from tierload.wire.api import NodeCacheServiceAPI
 from tierload.wire.endpoint import ENDPOINT_FILE
 
@@ -230,7 +230,7 @@ def test_peers_and_the_warm_tier_get_the_stored_frame_not_a_re_encoding(bucket, 
     pays; the warm tier gets the frame encoded once in its own format; the cold checksum rides along."""
     import ray
 
-    from tierload.deploy.runtime import get_node_cache
+    from tierload.deploy.actors import get_node_cache
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 4, size=20_000)  # zeros after the index: compresses well

@@ -256,7 +256,8 @@ def test_in_one_ray_cluster_a_second_deployment_on_an_owned_directory_is_refused
     another actor name) over the same hot directory: its actor is refused and removed."""
     import ray
 
-    from tierload.deploy.runtime import get_node_cache, node_cache_name, stop_actors
+    from tierload.deploy.actors import get_node_cache, node_cache_name
+    from tierload.deploy.runtime import stop_actors
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 4, size=100)

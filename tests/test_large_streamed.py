@@ -105,7 +105,7 @@ def test_streamed_blocks_are_offered_to_the_warm_tier_from_their_hot_files(bucke
     evicted, so nothing is demoted), the warm tier gets all three all the same."""
     import ray
 
-    from tierload.deploy.runtime import coordinator_name
+    from tierload.deploy.actors import coordinator_name
 
     name, fs = bucket
     objects = {f"{name}/ds/clip-{i}.bin": os.urandom(3 * MiB) for i in range(3)}

@@ -69,7 +69,7 @@ def settled_levels(dataset, timeout_s: float = 60.0) -> list[dict]:
 def warm_stats(config) -> dict:
     import ray
 
-    from tierload.deploy.runtime import coordinator_name
+    from tierload.deploy.actors import coordinator_name
 
     coordinator = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
     return ray.get(coordinator.stats.remote())

@@ -201,7 +201,7 @@ def scenario_node_loss(shared: Shared, workdir: str) -> dict:
         except Exception as exc:  # noqa: BLE001 - its node is gone: expected
             doomed_state = type(exc).__name__
         from tierload.config.loading import load_config
-        from tierload.deploy.runtime import coordinator_name
+        from tierload.deploy.actors import coordinator_name
 
         coordinator = ray.get_actor(coordinator_name(load_config(config)), namespace="tierload")
         deadline = time.monotonic() + 30

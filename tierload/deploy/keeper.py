@@ -138,7 +138,7 @@ class NodeCacheKeeper:
     def _actor_exists(self) -> bool:
         import ray
 
-        from tierload.deploy.runtime import node_cache_name
+        from tierload.deploy.actors import node_cache_name
 
         name = node_cache_name(self.config, ray.get_runtime_context().get_node_id())
         try:
@@ -175,7 +175,8 @@ def attach_node_cache(config: TierloadConfig, owner: Any) -> Endpoint:
         TierInUseError: Another job with another configuration owns the hot directory.
         ServiceError: Ray or the cache actor could not be started.
     """
-    from tierload.deploy.runtime import deployment_id, node_endpoint
+    from tierload.deploy.actors import deployment_id
+    from tierload.deploy.runtime import node_endpoint
     from tierload.errors import TierInUseError
 
     lifecycle = NodeCacheLifecycle(config.hot.dir)
@@ -208,7 +209,7 @@ def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any,
     Returns:
         The deployment's keeper in this process.
     """
-    from tierload.deploy.runtime import deployment_id
+    from tierload.deploy.actors import deployment_id
 
     global _exit_hook_registered
 

@@ -301,13 +301,14 @@ def coordinator_for(config: TierloadConfig, address: str | None = None) -> tuple
     if cluster is not None and ray_cluster_answers(cluster):
         import ray
 
-        from tierload.deploy.runtime import _CoordinatorCall, coordinator_name, ensure_ray
+        from tierload.deploy.actors import CoordinatorCall, coordinator_name
+        from tierload.deploy.runtime import ensure_ray
 
         ensure_ray(config.model_copy(update={"ray": config.ray.model_copy(update={"address": cluster})}))
         names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                  if isinstance(a, dict) and a.get("namespace") == config.ray.namespace}
         if coordinator_name(config) in names:
-            return _CoordinatorCall(coordinator_name(config), config.ray.namespace), f"the service at {cluster}"
+            return CoordinatorCall(coordinator_name(config), config.ray.namespace), f"the service at {cluster}"
     running = local_endpoints(config)
     if running:
         raise ServiceError(f"a node cache for this configuration runs on this machine (pid {running[0].pid}) on a Ray "

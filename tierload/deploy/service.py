@@ -12,15 +12,8 @@ import logging
 from typing import Any, cast
 
 from tierload.config.models import TierloadConfig
-from tierload.deploy.runtime import (
-    actor_call,
-    coordinator_name,
-    ensure_ray,
-    get_coordinator,
-    get_node_cache,
-    node_cache_name,
-    stop_actors,
-)
+from tierload.deploy.actors import actor_call, coordinator_name, get_coordinator, get_node_cache, node_cache_name
+from tierload.deploy.runtime import ensure_ray, stop_actors
 from tierload.node.stats import hit_ratios
 from tierload.wire.api import NodeCacheServiceAPI
 
