@@ -26,7 +26,8 @@ from tierload.policies.registry import policy_names
 from tierload.simulator.belady import min_hits
 from tierload.simulator.fast import warm_up
 from tierload.simulator.fast.tracegen import fast_job_trace
-from tierload.simulator.run import SimResult, StackSpec, simulate
+from tierload.simulator.stack import SimResult, StackSpec
+from tierload.simulator.run import simulate
 from tierload.simulator.trace import DatasetShape, JobSpec, Trace
 
 HOT_POLICIES = policy_names("hot")

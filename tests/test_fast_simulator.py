@@ -10,7 +10,8 @@ import pytest
 
 from tierload.errors import ConfigError
 from tierload.simulator.belady import min_hit_flags
-from tierload.simulator.run import StackSpec, simulate, simulate_reference
+from tierload.simulator.stack import StackSpec
+from tierload.simulator.run import simulate, simulate_reference
 from tierload.simulator.trace import DatasetShape, JobSpec, Trace, job_trace
 
 # The compiled engine: compiled beside the tests before these (tests/conftest.py).

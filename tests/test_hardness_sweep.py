@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tierload.cli.main import cli
 from tierload.config.models import CostConfig
-from tierload.simulator.run import StackSpec
+from tierload.simulator.stack import StackSpec
 from tierload.simulator.sweep import run_sweep
 from tierload.simulator.trace import DatasetShape, JobSpec, job_trace
 

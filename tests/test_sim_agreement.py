@@ -15,7 +15,8 @@ import pytest
 from helpers import index_of, land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.simulator.run import StackSpec, simulate
+from tierload.simulator.stack import StackSpec
+from tierload.simulator.run import simulate
 from tierload.simulator.tracefile import (
     read_trace,
     write_trace,  # noqa: F401 - the format the file below follows

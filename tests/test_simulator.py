@@ -12,7 +12,8 @@ from tierload.errors import ConfigError
 from tierload.node.stream import Stream
 from tierload.simulator.belady import min_hits
 from tierload.simulator.report import compare, format_table, to_json
-from tierload.simulator.run import StackSpec, simulate
+from tierload.simulator.stack import StackSpec
+from tierload.simulator.run import simulate
 from tierload.simulator.trace import DatasetShape, JobSpec, Trace, job_trace, rank_epoch_runs
 from tierload.simulator.tracefile import read_trace, write_trace
 

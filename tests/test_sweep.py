@@ -17,7 +17,8 @@ from tierload.config.models import CostConfig
 from tierload.errors import ConfigError
 from tierload.simulator.dataset_source import dataset_shape
 from tierload.simulator.fast.tracegen import fast_job_trace
-from tierload.simulator.run import StackSpec, simulate
+from tierload.simulator.stack import StackSpec
+from tierload.simulator.run import simulate
 from tierload.simulator.sweep import parse_sweep, run_sweep, usd_per_run
 from tierload.simulator.trace import DatasetShape, JobSpec, job_trace
 

@@ -174,7 +174,7 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
         from tierload.simulator.dataset_source import dataset_shape
         from tierload.simulator.fast.tracegen import fast_job_trace
         from tierload.simulator.report import compare, format_table, to_json
-        from tierload.simulator.run import StackSpec
+        from tierload.simulator.stack import StackSpec
         from tierload.simulator.trace import JobSpec
         from tierload.simulator.tracefile import read_trace, write_trace
 

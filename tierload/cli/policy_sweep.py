@@ -7,7 +7,7 @@ import json
 import click
 
 from tierload.config.models import TierloadConfig
-from tierload.simulator.run import StackSpec
+from tierload.simulator.stack import StackSpec
 from tierload.simulator.trace import Trace
 
 

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 from tierload.errors import ConfigError
 from tierload.policies.registry import policy_names
 from tierload.simulator.belady import MinResult, min_hits
-from tierload.simulator.run import SimResult, StackSpec, simulate
+from tierload.simulator.run import simulate
+from tierload.simulator.stack import SimResult, StackSpec
 from tierload.simulator.trace import Progress, Trace
 from tierload.units import format_bytes
 

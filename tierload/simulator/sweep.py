@@ -24,7 +24,8 @@ import numpy as np
 
 from tierload.config.models import CostConfig
 from tierload.errors import ConfigError
-from tierload.simulator.run import SimResult, StackSpec, simulate
+from tierload.simulator.run import simulate
+from tierload.simulator.stack import SimResult, StackSpec
 from tierload.simulator.trace import Trace
 
 KNEE_TOLERANCE = 0.05  # the knee: the smallest capacity within 5% of the best S3 bytes

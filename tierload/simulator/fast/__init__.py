@@ -56,7 +56,7 @@ def warm_up() -> None:
 
     from tierload.simulator.fast.belady import min_hits_fast
     from tierload.simulator.fast.simulate import simulate_fast
-    from tierload.simulator.run import StackSpec
+    from tierload.simulator.stack import StackSpec
     from tierload.simulator.trace import Trace
 
     # One trace is enough: every dtype is converted to the one compiled for (see .columns).

@@ -19,7 +19,7 @@ from tierload.simulator.fast.belady_kernel import NEVER
 from tierload.simulator.fast.columns import as_epochs, as_ids
 from tierload.simulator.fast.nextuse import next_use
 from tierload.simulator.fast.tier import CLAIRVOYANT, POLICY_CODES, new_tier
-from tierload.simulator.run import SimResult, StackSpec, _counts_matter
+from tierload.simulator.stack import SimResult, StackSpec, counts_matter
 from tierload.simulator.trace import Progress, Trace
 
 CHUNK = 1 << 20  # accesses per compiled call (between progress reports)
@@ -33,7 +33,7 @@ def supports(spec: StackSpec) -> bool:
 
 def _tier(policy: str, slots: int, capacity_bytes: int, admit_min_count: float, get_cost_bytes: int,
           spec: StackSpec, sizes: np.ndarray, positions: int = 0):
-    counts = _counts_matter(policy, admit_min_count)
+    counts = counts_matter(policy, admit_min_count)
     # As the reference: a threshold that counting would always pass is dropped with the counting.
     return new_tier(policy, slots, capacity_bytes, sizes, counts=counts,
                     admit_min_count=admit_min_count if counts else 0.0, half_life=spec.half_life,
