@@ -264,8 +264,11 @@ class StreamTable:
         self._accounting.stream_closed(stream)
         if stream.num_runs > stream.consume_runs:
             # Keep the look-ahead (the next epoch's order) visible to the clairvoyant policy until
-            # that epoch's stream opens; otherwise every block looks unneeded between epochs.
-            stream.next_run = stream.consume_runs
+            # that epoch's stream opens; otherwise every block looks unneeded between epochs. The
+            # runs of this epoch nobody scheduled (an idle stream's) are skipped, so their blocks'
+            # next uses move past them too: left as they were, they would look needed before
+            # anything else (a negative distance) for as long as the ghost lasts.
+            stream.skip_to(stream.consume_runs)
             self._forget_ghost(stream.lineage)
             self._ghosts[stream.lineage] = stream
         else:
