@@ -24,8 +24,8 @@ import secrets
 import threading
 import time
 from collections import defaultdict
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 from tierload.config.loading import as_config
 from tierload.config.models import TierloadConfig
@@ -63,6 +63,98 @@ from tierload.wire.messages import (
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class NodeParts:
+    """A node cache's parts, wired together around its one lock (what :class:`NodeCache` is a
+    facade over; tests drive them directly, with no actor, channel or Ray).
+
+    Attributes:
+        cond: The one lock (a condition over a re-entrant lock); every part is handed it.
+        pins: The one owner of pins.
+        catalog: The registered datasets and their cold sources.
+        accounting: Access counts, trace recording and the stats counters.
+        sync: The batched link to the coordinator, or None when running alone.
+        hot: The hot tier (its clairvoyant oracle reads ``plans`` and ``catalog`` live).
+        fetcher: Single-flight fetches into the hot tier (or staging).
+        streams: Open streams, their prefetch scheduling, idle expiry and ghosts.
+        plans: ``{dataset_id: [Stream, ...]}``: the open streams and ghosts, filled by
+            ``streams``, read by the hot tier's oracle.
+    """
+
+    cond: threading.Condition
+    pins: PinCounts
+    catalog: BlockCatalog
+    accounting: NodeAccounting
+    sync: CoordinatorSync | None
+    hot: HotTier
+    fetcher: Fetcher
+    streams: StreamTable
+    plans: defaultdict[str, list[Stream]]
+
+    def acquire(self, stream: Stream, consumer: int, position: int, deadline: float) -> tuple[str, int | bytes]:
+        """``consumer`` of ``stream`` needs ``position`` now: schedule every run up to it and wait
+        (the lock released meanwhile) until its block is hot or staged (call under the lock).
+
+        Args:
+            stream: An open stream (:meth:`StreamTable.require`).
+            consumer: The consumer's id within the stream.
+            position: The position it needs (everything before is consumed).
+            deadline: ``time.monotonic()`` seconds to give up at.
+
+        Returns:
+            ``(block key, the hot level holding it)``, or ``(block key, its raw bytes)`` when the
+            hot tier did not admit it.
+
+        Raises:
+            TierloadError: The fetch failed.
+            ServiceError: Not fetched by ``deadline``.
+        """
+        key = self.streams.schedule_through(stream, consumer, position)
+        # Pin while waiting: a run that skip_to passed was never pinned, and an unpinned block the
+        # hot tier refuses is not staged, so without this pin it would be fetched again forever.
+        self.pins.pin(key)
+        try:
+            with self.streams.waiting(stream.stream_id):
+                return key, self.fetcher.wait_for(key, stream, deadline)
+        finally:
+            self.fetcher.release(key)
+
+
+def node_parts(config: TierloadConfig, node_id: str, hot_dir: str,
+               make_sync: Callable[[Callable[[], float]], CoordinatorSync] | None = None, *, warm: bool = False,
+               peer_call: PeerCaller | None = None, peer_max_bytes: int | None = None) -> NodeParts:
+    """Build and wire a node cache's parts (no I/O: each part's ``start()`` does it).
+
+    Args:
+        config: The effective configuration.
+        node_id: This node's id (in error messages).
+        hot_dir: The hot tier's disk directory (``{node}`` already replaced).
+        make_sync: Builds the link to the coordinator from the decay clock; None: run alone.
+        warm: Whether a warm tier is in use (the hot tier then offers its victims to it).
+        peer_call: Sends a call to another node's cache, or None (no peer transfer).
+        peer_max_bytes: Blocks larger than this (bytes) are never read from a peer; None: no limit.
+
+    Returns:
+        The parts, sharing one lock.
+    """
+    cond = threading.Condition(threading.RLock())
+    pins = PinCounts()
+    catalog = BlockCatalog()
+    plans: defaultdict[str, list[Stream]] = defaultdict(list)
+    accounting = NodeAccounting(config.policy.decay, cond, lambda: streams.epochs())
+    sync = make_sync(accounting.now) if make_sync is not None else None
+    hot = HotTier(config, hot_dir, accounting.accesses, pins,
+                  PlanOracle(catalog.key_owners, plans, catalog.block_sizes, config.hot.capacity_bytes), cond,
+                  accounting.now,
+                  offer_warm=sync.offer_warm if sync is not None and warm else None,
+                  in_warm=lambda key: sync is not None and key in sync.known_warm,
+                  warm_room_for=sync.room_for if sync is not None else lambda size: True)
+    fetcher = Fetcher(config, node_id, cond, catalog, hot, pins, accounting, sync, peer_call, peer_max_bytes)
+    streams = StreamTable(config.prefetch, cond, catalog, hot, fetcher, pins, accounting, plans)
+    return NodeParts(cond, pins, catalog, accounting, sync, hot, fetcher, streams, plans)
+
+
 class NodeCache(NodeCacheServiceAPI):
     """Owns one node's hot tier; prefetches, admits, evicts and counts.
 
@@ -90,29 +182,20 @@ class NodeCache(NodeCacheServiceAPI):
         self.node_id = node_id
         self._ray_address = ray_address
         self._ownership: TierOwnership | None = None
-        self._cond = threading.Condition(threading.RLock())  # the one lock; every part is handed it
         self._coordinator_call = coordinator_call
         self._has_warm = bool(self.config.warm.url and coordinator_call)
-        self._pins = PinCounts()
-        self._catalog = BlockCatalog()
-        self._accounting = NodeAccounting(self.config.policy.decay, self._cond, lambda: self._streams.epochs())
-        self._sync = None
-        if coordinator_call is not None:
-            self._sync = CoordinatorSync(node_id, coordinator_call, self._collect_for_sync, self._accounting.now,
-                                         None, self.config.wire.zstd_level if self.config.warm.compress else None,
-                                         write_retry_s=self.config.warm.write_retry_s)
-        plans: defaultdict[str, list[Stream]] = defaultdict(list)
-        sync = self._sync
-        self._hot = HotTier(self.config, self.hot_dir, self._accounting.accesses, self._pins,
-                            PlanOracle(self._catalog.key_owners, plans, self._catalog.block_sizes,
-                                       self.config.hot.capacity_bytes), self._cond, self._accounting.now,
-                            offer_warm=sync.offer_warm if sync is not None and self._has_warm else None,
-                            in_warm=lambda key: sync is not None and key in sync.known_warm,
-                            warm_room_for=sync.room_for if sync is not None else lambda size: True)
-        self._fetcher = Fetcher(self.config, node_id, self._cond, self._catalog, self._hot, self._pins,
-                                self._accounting, self._sync, peer_call, peer_max_bytes)
-        self._streams = StreamTable(self.config.prefetch, self._cond, self._catalog, self._hot, self._fetcher,
-                                    self._pins, self._accounting, plans)
+        parts = node_parts(self.config, node_id, self.hot_dir,
+                           self._make_sync if coordinator_call is not None else None, warm=self._has_warm,
+                           peer_call=peer_call, peer_max_bytes=peer_max_bytes)
+        self._parts = parts
+        self._cond = parts.cond  # the one lock; every part is handed it
+        self._pins = parts.pins
+        self._catalog = parts.catalog
+        self._accounting = parts.accounting
+        self._sync = parts.sync
+        self._hot = parts.hot
+        self._fetcher = parts.fetcher
+        self._streams = parts.streams
         self._address = channel_address(node_id, self.hot_dir)
         self._authkey = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
@@ -275,15 +358,7 @@ class NodeCache(NodeCacheServiceAPI):
             stream = self._streams.require(stream_id)
             if corrupt_key is not None:
                 self._drop_corrupt(corrupt_key, stream)
-            key = self._streams.schedule_through(stream, consumer, position)
-            # Pin while waiting: a run that skip_to passed was never pinned, and an unpinned block the
-            # hot tier refuses is not staged, so without this pin it would be fetched again forever.
-            self._pins.pin(key)
-            try:
-                with self._streams.waiting(stream_id):
-                    found = self._fetcher.wait_for(key, stream, deadline)
-            finally:
-                self._fetcher.release(key)
+            key, found = self._parts.acquire(stream, consumer, position, deadline)
             if isinstance(found, int):
                 return HotBlock(found)
             raw = found
@@ -450,6 +525,13 @@ class NodeCache(NodeCacheServiceAPI):
         self._release_ownership()  # last: a successor must not start while this one still writes
 
     # ------------------------------------------------------------- internals
+    def _make_sync(self, now: Callable[[], float]) -> CoordinatorSync:
+        """The link to the coordinator (only when there is one), on the decay clock ``now``."""
+        assert self._coordinator_call is not None, "built only when there is a coordinator"
+        return CoordinatorSync(self.node_id, self._coordinator_call, self._collect_for_sync, now, None,
+                               self.config.wire.zstd_level if self.config.warm.compress else None,
+                               write_retry_s=self.config.warm.write_retry_s)
+
     def _collect_for_sync(self, full: bool) -> tuple[dict, list[str], list[str], list[str] | None]:
         """Counts and residency changes since the last sync (and all resident keys if ``full``)."""
         with self._cond:

@@ -167,35 +167,60 @@ class StreamTable:
                 out.append((stream.lineage, stream.run_of(cursor), min(stream.next_run, stream.consume_runs)))
         return out
 
-    # ------------------------------------------------------------- internals
-    def _schedule_loop(self) -> None:
-        depth = self._prefetch
-        while True:
-            with self._cond:
-                if self._closing:
-                    return
-                progressed = True
-                while progressed:  # one run per stream per pass: fair between ranks
-                    progressed = False
-                    for stream in list(self._streams.values()):
-                        # Only this epoch's runs are prefetched; the look-ahead part of the plan
-                        # serves the clairvoyant policy's view of what is needed next.
-                        if (stream.next_run < stream.consume_runs and len(stream.scheduled) < depth.depth_blocks
-                                and stream.window_bytes < depth.depth_bytes):
-                            self._schedule(stream, stream.next_run)
-                            progressed = True
-                self._expire_idle()
-                self._cond.wait(0.05)
+    def schedule_ahead(self) -> int:
+        """Schedule every open stream's next runs, one run per stream per pass (fair between
+        ranks), until each is ``prefetch.depth_blocks`` runs or ``prefetch.depth_bytes`` bytes
+        ahead of its consumers or at the end of its epoch. The prefetch loop calls it.
 
-    def _expire_idle(self) -> None:
-        now = time.monotonic()
+        Returns:
+            How many runs were scheduled.
+        """
+        depth = self._prefetch
+        scheduled = 0
+        progressed = True
+        while progressed:
+            progressed = False
+            for stream in list(self._streams.values()):
+                # Only this epoch's runs are prefetched; the look-ahead part of the plan
+                # serves the clairvoyant policy's view of what is needed next.
+                if (stream.next_run < stream.consume_runs and len(stream.scheduled) < depth.depth_blocks
+                        and stream.window_bytes < depth.depth_bytes):
+                    self._schedule(stream, stream.next_run)
+                    scheduled += 1
+                    progressed = True
+        return scheduled
+
+    def expire_idle(self, now: float | None = None) -> list[str]:
+        """Close every stream no consumer touched (and none waits in) for longer than
+        ``prefetch.stream_idle_timeout_s``; a closed stream with a look-ahead stays as a ghost.
+
+        Args:
+            now: ``time.monotonic()`` seconds to judge idleness at (None: now).
+
+        Returns:
+            The ids of the streams closed.
+        """
+        now = time.monotonic() if now is None else now
         timeout_s = self._prefetch.stream_idle_timeout_s
+        closed = []
         for stream_id, stream in list(self._streams.items()):
             if self._waiting[stream_id]:
                 continue  # a consumer is waiting for a slow fetch: it is not idle
             if now - self._last_active.get(stream_id, now) > timeout_s:
                 log.info("closing stream %s: no consumer activity for %gs", stream_id, timeout_s)
                 self._close_stream(stream)
+                closed.append(stream_id)
+        return closed
+
+    # ------------------------------------------------------------- internals
+    def _schedule_loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._closing:
+                    return
+                self.schedule_ahead()
+                self.expire_idle()
+                self._cond.wait(0.05)
 
     def _block_of_run(self, stream: Stream, run: int) -> Block:
         return self._catalog.block_at(stream.dataset_id, int(stream.run_block[run]))
@@ -239,8 +264,11 @@ class StreamTable:
         self._accounting.stream_closed(stream)
         if stream.num_runs > stream.consume_runs:
             # Keep the look-ahead (the next epoch's order) visible to the clairvoyant policy until
-            # that epoch's stream opens; otherwise every block looks unneeded between epochs.
-            stream.next_run = stream.consume_runs
+            # that epoch's stream opens; otherwise every block looks unneeded between epochs. The
+            # runs of this epoch nobody scheduled (an idle stream's) are skipped, so their blocks'
+            # next uses move past them too: left as they were, they would look needed before
+            # anything else (a negative distance) for as long as the ghost lasts.
+            stream.skip_to(stream.consume_runs)
             self._forget_ghost(stream.lineage)
             self._ghosts[stream.lineage] = stream
         else:
