@@ -33,7 +33,6 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
 import pyarrow as pa
 
 from tierload.data.blocks import Block
@@ -252,15 +251,7 @@ def plan_arrow(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: in
     if not blocks:
         raise ManifestError(f"no Arrow rows under the prefix ({len(files)} .arrow files)", tier="cold",
                             url=source.url)
-    count_array = np.asarray(counts, dtype=np.int64)
-    return LayoutPlan(
-        blocks=blocks,
-        sample_block=np.repeat(np.arange(len(blocks), dtype=np.int32), count_array),
-        sample_index=np.concatenate([np.arange(n, dtype=np.int32) for n in counts]),
-        labels=np.full(int(count_array.sum()), -1, dtype=np.int64),
-        extra={"files": described, "block_file": block_file},
-        skipped=skipped,
-    )
+    return LayoutPlan.of_counts(blocks, counts, extra={"files": described, "block_file": block_file}, skipped=skipped)
 
 
 def check_columns(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:

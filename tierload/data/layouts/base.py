@@ -32,6 +32,24 @@ class LayoutPlan:
     extra: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of_counts(cls, blocks: list[Block], counts: Sequence[int], *, extra: dict[str, Any] | None = None,
+                  skipped: dict[str, str] | None = None) -> "LayoutPlan":
+        """The plan of ``blocks`` holding ``counts[i]`` samples each, in order, labels in the data (-1).
+
+        Args:
+            blocks: Every block, in a stable order.
+            counts: Samples per block (same length as ``blocks``).
+            extra, skipped: As the attributes.
+        """
+        count_array = np.asarray(counts, dtype=np.int64)
+        starts = np.cumsum(count_array) - count_array
+        total = int(count_array.sum())
+        return cls(blocks=blocks,
+                   sample_block=np.repeat(np.arange(len(blocks), dtype=np.int32), count_array),
+                   sample_index=(np.arange(total, dtype=np.int64) - np.repeat(starts, count_array)).astype(np.int32),
+                   labels=np.full(total, -1, dtype=np.int64), extra=extra or {}, skipped=skipped or {})
+
 
 class BlockDecoder(Protocol):
     """Turns a block's bytes into its samples. Must pickle cleanly (it travels to workers)."""

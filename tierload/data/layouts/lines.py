@@ -248,16 +248,9 @@ def plan_lines(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: in
     if not blocks:
         raise ManifestError(f"no lines under the prefix ({len(files)} {'/'.join(suffixes)} files)", tier="cold",
                             url=source.url)
-    count_array = np.asarray(counts, dtype=np.int64)
-    return LayoutPlan(
-        blocks=blocks,
-        sample_block=np.repeat(np.arange(len(blocks), dtype=np.int32), count_array),
-        sample_index=np.concatenate([np.arange(n, dtype=np.int32) for n in counts]),
-        labels=np.full(int(count_array.sum()), -1, dtype=np.int64),
-        extra={"files": [{"url": obj.url, "codec": codec} for obj, codec in files], "blocks": block_lines,
-               "bad_lines": bad_lines},
-        skipped=skipped,
-    )
+    extra = {"files": [{"url": obj.url, "codec": codec} for obj, codec in files], "blocks": block_lines,
+             "bad_lines": bad_lines}
+    return LayoutPlan.of_counts(blocks, counts, extra=extra, skipped=skipped)
 
 
 def _decompressed(data: bytes, codec: str, url: str) -> bytes:

@@ -119,15 +119,7 @@ def plan_npy(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: int)
             block_array.append(array_index)
     if not blocks:
         raise ManifestError(f"no .npy rows under the prefix ({len(objects)} objects)", tier="cold", url=source.url)
-    count_array = np.asarray(counts, dtype=np.int64)
-    return LayoutPlan(
-        blocks=blocks,
-        sample_block=np.repeat(np.arange(len(blocks), dtype=np.int32), count_array),
-        sample_index=np.concatenate([np.arange(n, dtype=np.int32) for n in counts]),
-        labels=np.full(int(count_array.sum()), -1, dtype=np.int64),
-        extra={"arrays": arrays, "block_array": block_array},
-        skipped=skipped,
-    )
+    return LayoutPlan.of_counts(blocks, counts, extra={"arrays": arrays, "block_array": block_array}, skipped=skipped)
 
 
 def torch_dtype(dtype: np.dtype) -> torch.dtype:

@@ -34,7 +34,6 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -179,19 +178,9 @@ def plan_parquet(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: 
     if not blocks:
         raise ManifestError(f"no Parquet rows under the prefix ({len(files)} .parquet files)", tier="cold",
                             url=source.url)
-    counts = np.asarray(rows, dtype=np.int64)
-    return LayoutPlan(
-        blocks=blocks,
-        sample_block=np.repeat(np.arange(len(blocks), dtype=np.int32), counts),
-        sample_index=np.concatenate([np.arange(n, dtype=np.int32) for n in rows]),
-        labels=np.full(int(counts.sum()), -1, dtype=np.int64),
-        extra={
-            "files": [{"url": obj.url, "size": obj.size, "footer": base64.b64encode(footer).decode("ascii")}
-                      for obj, footer in zip(files, footers, strict=True)],
-            "row_groups": row_groups,
-        },
-        skipped=skipped,
-    )
+    described = [{"url": obj.url, "size": obj.size, "footer": base64.b64encode(footer).decode("ascii")}
+                 for obj, footer in zip(files, footers, strict=True)]
+    return LayoutPlan.of_counts(blocks, rows, extra={"files": described, "row_groups": row_groups}, skipped=skipped)
 
 
 class ParquetDecoder:

@@ -197,18 +197,10 @@ def plan_tokens(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: i
                             tier="cold", url=source.url)
     if tail:
         log.info("token windows of %s: %d tokens do not fill a window of %d and are dropped", source.url, tail, width)
-    count_array = np.asarray(counts, dtype=np.int64)
-    return LayoutPlan(
-        blocks=blocks,
-        sample_block=np.repeat(np.arange(len(blocks), dtype=np.int32), count_array),
-        sample_index=np.concatenate([np.arange(n, dtype=np.int32) for n in counts]),
-        labels=np.full(int(count_array.sum()), -1, dtype=np.int64),
-        extra={"seq_len": seq_len, "output": output, "cross_files": cross_files, "tail_tokens": int(tail),
-               "files": [{"url": f.url, "descr": np.lib.format.dtype_to_descr(f.dtype), "tokens": f.tokens}
-                         for f in files],
-               "block_file": block_file, "carries": carries},
-        skipped=skipped,
-    )
+    described = [{"url": f.url, "descr": np.lib.format.dtype_to_descr(f.dtype), "tokens": f.tokens} for f in files]
+    extra = {"seq_len": seq_len, "output": output, "cross_files": cross_files, "tail_tokens": int(tail),
+             "files": described, "block_file": block_file, "carries": carries}
+    return LayoutPlan.of_counts(blocks, counts, extra=extra, skipped=skipped)
 
 
 class TokenWindows(Sequence[tuple[Any, int]]):

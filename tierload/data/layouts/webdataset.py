@@ -215,14 +215,7 @@ def plan_webdataset(source: ColdSource, objects: list[ObjectInfo], *, block_byte
     if not blocks:
         raise ManifestError(f"no WebDataset samples under the prefix ({len(objects)} objects)", tier="cold",
                             url=source.url)
-    count_array = np.asarray(counts, dtype=np.int64)
-    return LayoutPlan(
-        blocks=blocks,
-        sample_block=np.repeat(np.arange(len(blocks), dtype=np.int32), count_array),
-        sample_index=np.concatenate([np.arange(n, dtype=np.int32) for n in counts]),
-        labels=np.full(int(count_array.sum()), -1, dtype=np.int64),
-        skipped=skipped,
-    )
+    return LayoutPlan.of_counts(blocks, counts, skipped=skipped)
 
 
 def decode_field(extension: str, data: bytes) -> Any:
