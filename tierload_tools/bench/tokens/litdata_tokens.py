@@ -89,15 +89,26 @@ def litdata_tokens(setup: dict[str, Any], watch: MemoryWatch) -> dict[str, Any]:
 
     _allow_http()
     window = setup["seq_len"] + 1
+
+    def streaming_dataset() -> Any:
+        return StreamingDataset(input_dir=setup["litdata_url"], item_loader=TokensLoader(block_size=window),
+                                shuffle=True, seed=setup["seed"], max_cache_size=setup["hot_bytes"],
+                                cache_dir=os.path.join(setup["workdir"], "litdata-cache"),
+                                storage_options=setup["boto_options"])
+
     started = time.perf_counter()
-    dataset = StreamingDataset(input_dir=setup["litdata_url"], item_loader=TokensLoader(block_size=window),
-                               shuffle=True, seed=setup["seed"], max_cache_size=setup["hot_bytes"],
-                               cache_dir=os.path.join(setup["workdir"], "litdata-cache"),
-                               storage_options=setup["boto_options"])
-    loader = StreamingDataLoader(dataset, batch_size=setup["batch_size"], num_workers=setup["num_workers"])
+    dataset = streaming_dataset()
     setup_s = time.perf_counter() - started
+
+    def for_epoch(epoch: int) -> Any:
+        # a dataset and loader per epoch (on the same cache directory): LitData 0.2.76's TokensLoader,
+        # iterated a second time, fails in a worker (KeyError in TokensLoader.close)
+        epoch_dataset = dataset if epoch == 0 else streaming_dataset()
+        epoch_dataset.set_epoch(epoch + 1)
+        return StreamingDataLoader(epoch_dataset, batch_size=setup["batch_size"], num_workers=setup["num_workers"])
+
     return {"setup_s": setup_s, "windows": len(dataset),
-            "epochs": token_epochs(setup["epochs"], window, lambda epoch: loader, setup["endpoint_url"]),
+            "epochs": token_epochs(setup["epochs"], window, for_epoch, setup["endpoint_url"]),
             "notes": f"chunks of {setup['chunk_windows']} windows, max_cache_size {setup['hot_bytes'] / 1e6:.0f} MB"}
 
 
