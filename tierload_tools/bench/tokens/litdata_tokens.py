@@ -101,8 +101,9 @@ def litdata_tokens(setup: dict[str, Any], watch: MemoryWatch) -> dict[str, Any]:
     setup_s = time.perf_counter() - started
 
     def for_epoch(epoch: int) -> Any:
-        # a dataset and loader per epoch (on the same cache directory): LitData 0.2.76's TokensLoader,
-        # iterated a second time, fails in a worker (KeyError in TokensLoader.close)
+        # a dataset and loader per epoch (on the same cache directory): with one loader, LitData 0.2.76's
+        # TokensLoader failed in a worker on the quick size's second epoch (KeyError in TokensLoader.close,
+        # as the reader moves to the next chunk). At 128 MiB the same KeyError came in epoch 1 regardless.
         epoch_dataset = dataset if epoch == 0 else streaming_dataset()
         epoch_dataset.set_epoch(epoch + 1)
         return StreamingDataLoader(epoch_dataset, batch_size=setup["batch_size"], num_workers=setup["num_workers"])
