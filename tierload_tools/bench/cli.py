@@ -41,14 +41,42 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
         raise click.ClickException(f"{len(broken)} run(s) failed: {broken[0]} (details in {paths['json']})")
 
 
+def _run_tokens(quick: bool, out_dir: str, given: dict) -> None:
+    """The token workload of issue 23 (``--workload tokens``)."""
+    import dataclasses
+
+    from tierload_tools.bench.tokens import report as tokens_report
+    from tierload_tools.bench.tokens.run import TokenOptions, run_tokens
+
+    base = TokenOptions.quick() if quick else TokenOptions()
+    try:
+        options = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    result = run_tokens(options, Path(out_dir), echo=lambda line: click.echo(f"bench: {line}", err=True))
+    paths = tokens_report.write(result, Path(out_dir))
+    click.echo(tokens_report.table(result))
+    click.echo(f"\nwrote {paths['json']} and {paths['txt']} in {result['wall_s']:.0f} s")
+    broken = [name for name, run in result["contenders"].items() if not run.get("ok")]
+    if broken or not result["digests_match"]:
+        raise click.ClickException(f"failed: {', '.join(broken) or 'the digests of the windows read differ'} "
+                                   f"(details in {paths['json']})")
+
+
 @click.command()
-@click.option("--workload", "workload_name", type=click.Choice(["default", "small-files", "small-s3", "startup"]),
+@click.option("--workload", "workload_name",
+              type=click.Choice(["default", "small-files", "small-s3", "startup", "tokens"]),
               default="default", show_default=True,
               help="default: the contenders on 4,000 JPEGs (below). small-files: 200,000 x 1 KiB files, plain "
               "DataLoader vs tierload (and Ray Data). small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) "
               "with the rig's own ceiling (and the S3 Connector for PyTorch, Ray Data). startup: a synthetic "
-              "1,281,167-key listing through start-up, and worker memory at 2 M keys. With --quick, a "
-              "2,000-object smoke variant of each.")
+              "1,281,167-key listing through start-up, and worker memory at 2 M keys. tokens: 64 x 32 MiB "
+              "uint16 token files (2 GiB) on the emulated S3 as windows of --seq-len + 1 tokens: tierload, a "
+              "memory-mapped local loader and LitData's TokensLoader. With --quick, a 2,000-object smoke variant "
+              "of each (tokens: 4 x 1 MiB).")
+@click.option("--token-files", type=click.IntRange(1), help="tokens: files [64].")
+@click.option("--file-tokens", type=click.IntRange(1), help="tokens: uint16 tokens per file [16777216].")
+@click.option("--seq-len", type=click.IntRange(1), help="tokens: tokens per window minus one [2048].")
 @click.option("--object-bytes", type=click.IntRange(0), help="small-files/small-s3: bytes per object "
               "[1024; small-s3: 4096].")
 @click.option("--startup-keys", type=click.IntRange(1), help="startup: keys of the listing [1281167].")
@@ -85,11 +113,18 @@ def _run_small(workload: str, quick: bool, out_dir: str, given: dict) -> None:
 def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None, samples, sample_kib, epochs,
           hot_fraction, batch_size, num_workers, step_ms, latency_ms, connection_mb_s, total_mb_s,
           peers_python, workload_name: str, object_bytes, startup_keys, memory_keys, profile: bool,
-          page_cache: str | None) -> None:
+          page_cache: str | None, token_files, file_tokens, seq_len) -> None:
     """Benchmark tierload against s3fs, simplecache, Streaming, LitData, the S3 Connector for PyTorch,
     Ray Data and all-in-RAM on an emulated S3, or run one of the small-object workloads (--workload)."""
     import dataclasses
 
+    if workload_name == "tokens":
+        _run_tokens(quick, out_dir, {"files": token_files, "tokens_per_file": file_tokens, "seq_len": seq_len,
+                                     "epochs": epochs, "batch_size": batch_size, "num_workers": num_workers,
+                                     "hot_fraction": hot_fraction, "latency_ms": latency_ms,
+                                     "connection_mb_s": connection_mb_s, "total_mb_s": total_mb_s,
+                                     "peers_python": peers_python})
+        return
     if workload_name != "default":
         small_s3 = workload_name == "small-s3"
         size = object_bytes if object_bytes is not None else (4096 if small_s3 else None)

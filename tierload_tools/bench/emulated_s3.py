@@ -52,7 +52,6 @@ from typing import IO
 from tierload_tools.bench.link_timeline import TIMELINE_PATH, LinkTimeline
 from tierload_tools.bench.own_buckets import OwnBucket, parse_spec
 from tierload_tools.bench.s3_answers import answer as s3_answer
-from tierload_tools.s3local import stop_child
 
 CHUNK_BYTES = 64 * 1024
 BURST_S = 0.010
@@ -334,6 +333,10 @@ class EmulatedS3:
 
     def stop(self) -> None:
         if self._proc is not None:
+            # imported here: s3local imports the library, and contenders in the peers' environment
+            # (which lacks its dependencies) import this module for read_counters
+            from tierload_tools.s3local import stop_child
+
             stop_child(self._proc)
             self._proc = None
         if self._stderr is not None:

@@ -138,13 +138,13 @@ class _Runner:
         (out_dir / "logs").mkdir(parents=True, exist_ok=True)
 
     def contender(self, name: str, setup: dict[str, Any], module: str = "tierload_tools.bench.small.contenders",
-                  profile_to: Path | None = None) -> dict[str, Any]:
+                  profile_to: Path | None = None, python: str = sys.executable) -> dict[str, Any]:
         stem = self.out_dir / "logs" / (name + ("-profile" if profile_to else ""))
         workdir = Path(setup.get("workdir") or self.out_dir / "work" / stem.name)
         shutil.rmtree(workdir, ignore_errors=True)
         setup = {**setup, "workdir": str(workdir)}
         Path(f"{stem}.setup.json").write_text(json.dumps(setup), encoding="utf-8")
-        command = [sys.executable, "-m", module, name, f"{stem}.setup.json", f"{stem}.result.json"]
+        command = [python, "-m", module, name, f"{stem}.setup.json", f"{stem}.result.json"]
         self.echo(f"{name}{' (profiled)' if profile_to else ''}: running (log {stem}.log)")
         result = run_child(command, Path(f"{stem}.log"), self.timeout_s, profile_to)
         shutil.rmtree(workdir, ignore_errors=True)
