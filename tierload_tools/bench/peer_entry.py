@@ -1,22 +1,18 @@
 """Run a contender phase from the peers' environment, which lacks tierload's dependencies.
 
-``python <path>/peer_entry.py NAME PHASE CONTEXT_JSON RESULT_JSON``. Importing ``tierload``
-would import the whole library (Ray, pydantic, its pinned torch); the contender code needs only
-:mod:`tierload_tools.bench`. So this script registers an empty ``tierload`` package whose path is the
-real package directory, and imports the contender runner under it.
+``python <path>/peer_entry.py NAME PHASE CONTEXT_JSON RESULT_JSON``. The contender code needs
+only :mod:`tierload_tools.bench`, which imports nothing of the library (Ray, pydantic, its pinned
+torch) at import time; the repository's root goes on the path so the tools import from there.
 """
 
 import os
 import sys
-import types
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
         del sys.path[0]  # this directory holds run.py, report.py ...: do not let them shadow anything
-    package = types.ModuleType("tierload")
-    package.__path__ = [os.path.dirname(here)]
-    sys.modules["tierload"] = package
+    sys.path.insert(0, os.path.dirname(os.path.dirname(here)))  # the repository: tierload_tools/ lives there
     from tierload_tools.bench.contenders.__main__ import main
 
     sys.exit(main(sys.argv[1:]))
