@@ -84,7 +84,7 @@ def test_b24_an_object_larger_than_the_object_store_is_read_exactly(tmp_path):
 
 def test_the_node_cache_knows_its_object_store_size(ray_session):
     """Case B24 across nodes: the peer limit is a share of the node's store, read from Ray."""
-    from tierload.deploy.runtime import _object_store_bytes
+    from tierload.deploy.actors import _object_store_bytes
 
     node_id = ray_session.get_runtime_context().get_node_id()
     assert _object_store_bytes(node_id) == pytest.approx(200 * 2**20, rel=0.02)  # the session's store

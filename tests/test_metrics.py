@@ -4,8 +4,13 @@ local Ray exporting a TieredDataset epoch against moto on its Prometheus endpoin
 from __future__ import annotations
 
 import json
+import os
 import math
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -148,6 +153,33 @@ def test_a_real_ray_exports_an_epochs_metrics(bucket, tier_config, make_dataset)
             break
         time.sleep(1)
     else:
-        pytest.fail(f"Ray's endpoint on port {port} did not carry the epoch's metrics within 90 s: found {found}")
+        pytest.fail(f"Ray's endpoint on port {port} did not carry the epoch's metrics within 90 s: found {found}, "
+                    f"stall {stall}, cold fetch latency {latency}, hot-disk used {used}")
     assert stall[0] == pytest.approx(dataset.stall_stats()["total"]["stall_s"])
     assert max(latency) >= 40
+
+
+def test_a_process_that_exported_before_ray_init_exports_to_ray_after_it():
+    """The process's sink is made again as Ray's once the process connects to Ray: a sink made
+    before ``ray.init`` (prometheus_client's) used to stay, so a driver's per-rank stall metrics
+    never reached Ray's endpoint (seen when another test had exported first in the same process)."""
+    script = """
+import ray
+from tierload.config.loading import load_config
+from tierload.deploy.runtime import ensure_ray
+from tierload.metrics.sinks import RaySink, default_sink
+before = default_sink()
+ensure_ray(load_config({"ray": {"num_cpus": 1, "object_store_memory_bytes": 80 * 2**20}}))  # as a job starts it
+after = default_sink()
+print(type(before).__name__, type(after).__name__, isinstance(after, RaySink), after is default_sink())
+ray.shutdown()
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TIERLOAD_RAY__ADDRESS")}
+    env["RAY_TMPDIR"] = ray_tmp = tempfile.mkdtemp(prefix="tlr")  # short: Ray's socket paths stay under 107 bytes
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after, is_ray, stable = done.stdout.split()[-4:]
+    assert before != "RaySink" and after == "RaySink" and is_ray == "True" and stable == "True"

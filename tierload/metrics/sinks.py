@@ -16,6 +16,7 @@ process is enough; metric objects are made on first use and kept.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from typing import Any, Iterable
 
@@ -168,16 +169,23 @@ _SHARED_LOCK = threading.Lock()
 
 def default_sink() -> MemorySink:
     """This process's sink: Ray's metrics when connected to Ray, else ``prometheus_client``'s
-    global registry when installed, else memory only. Made once per process.
+    global registry when installed, else memory only. Made once per process, and made again as
+    Ray's once the process connects to Ray (a process that exported before ``ray.init`` would
+    otherwise never reach Ray's endpoint).
 
     Ray's and prometheus_client's metric objects are process-wide, so two sinks of one kind in
     one process would count twice; every exporter of a process shares this one.
     """
     global _SHARED
     with _SHARED_LOCK:
-        if _SHARED is None:
+        if _SHARED is None or (not isinstance(_SHARED, RaySink) and _ray_connected()):
             _SHARED = _make_default_sink()
         return _SHARED
+
+
+def _ray_connected() -> bool:
+    ray = sys.modules.get("ray")  # never imports Ray
+    return ray is not None and bool(ray.is_initialized())
 
 
 def _make_default_sink() -> MemorySink:
