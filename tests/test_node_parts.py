@@ -1,6 +1,6 @@
 """The node cache's parts driven directly, in one process: no Ray, no actor, no channel, no moto.
 
-The parts are wired by :func:`tierload.node.node_cache.node_parts`, the same function
+The parts are wired by :func:`tierload.node.parts.node_parts`, the same function
 :class:`~tierload.node.node_cache.NodeCache` builds them with; the cold tier is real files read
 through a ``file://`` :class:`~tierload.stores.cold.source.ColdSource`, the hot tier a real
 directory. The prefetch loop's thread is not started: each test calls
@@ -22,7 +22,7 @@ from tierload.data.blocks import Block
 from tierload.data.runs import NEVER
 from tierload.errors import StreamNotOpenError
 from tierload.frames.blockfile import HEADER_SIZE
-from tierload.node.node_cache import NodeParts, node_parts
+from tierload.node.parts import NodeParts, node_parts
 from tierload.simulator.belady import min_hits
 from tierload.stores.cold.source import ColdSource
 from tierload.wire.messages import StreamPlan
