@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import io
 import os
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -137,3 +138,14 @@ def named_call(name: str):
         raise AssertionError("never run: only the name travels")
     call.__name__ = name
     return call
+
+
+def tar_of(members: list[tuple[str, bytes]]) -> bytes:
+    """A tar stream holding ``members`` in the given order (a name may repeat, as ``tar -r`` allows)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

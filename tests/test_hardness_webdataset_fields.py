@@ -8,25 +8,11 @@ with a real local Ray; the decoder alone is also fed the same real tar bytes.
 
 from __future__ import annotations
 
-import io
-import tarfile
-
 import pytest
+from helpers import tar_of
 
 from tierload.data.layouts.webdataset import WebDatasetDecoder
 from tierload.errors import DecodeError
-
-
-def tar_of(members: list[tuple[str, bytes]]) -> bytes:
-    """A tar stream holding ``members`` in the given order (a name may repeat, as ``tar -r`` allows)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
 
 REPEATED = [("dir/base.txt", b"first"), ("dir/base.json", b'{"n": 1}'), ("dir/base.txt", b"second"),
             ("dir/other.txt", b"fine")]

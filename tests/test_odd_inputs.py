@@ -7,25 +7,14 @@ Each test writes a real file to the local S3 server (moto over HTTP) and reads i
 from __future__ import annotations
 
 import io
-import tarfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from helpers import tar_of
 
 import tierload
 from tierload.data.layouts.webdataset import WebDatasetDecoder
-
-
-def tar_of(members: list[tuple[str, bytes]]) -> bytes:
-    """A tar stream holding ``members`` in the given order."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def samples_of(dataset) -> list[dict]:
