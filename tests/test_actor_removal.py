@@ -60,7 +60,7 @@ def test_a_coordinator_killed_for_good_mid_epoch_is_created_again(s3, bucket, ti
     land_warm_writes(dataset)
     coordinator = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
     before = ray.get(coordinator.stats.remote())
-    assert before["warm"]["blocks"] == 40
+    assert before.warm.blocks == 40
 
     def kill(batch_index: int) -> None:
         if batch_index == 3:
@@ -73,13 +73,13 @@ def test_a_coordinator_killed_for_good_mid_epoch_is_created_again(s3, bucket, ti
         try:
             after = ray.get(ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
                             .stats.remote(), timeout=10)
-            if after["incarnation"] != before["incarnation"] and after["held_blocks"] > 0:
+            if after.incarnation != before.incarnation and after.held_blocks > 0:
                 break
         except ValueError:
             pass
         assert time.monotonic() < deadline, "the coordinator was never created again"
         time.sleep(0.5)
-    assert after["warm"]["blocks"] == 40  # rebuilt from the warm tier on disk
+    assert after.warm.blocks == 40  # rebuilt from the warm tier on disk
     assert sorted(epoch_indices(dataset, 2)) == list(range(40))
     assert dataset.epoch_stats(2).get("cold_bytes", 0) == 0
     elapsed_min = (time.monotonic() - started) / 60

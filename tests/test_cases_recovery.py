@@ -220,19 +220,19 @@ def test_the_node_cache_reconnects_to_a_restarted_coordinator(s3, bucket, tier_c
     coordinator = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
     land_warm_writes(dataset)  # the last warm writes and residency changes reach it
     before = ray.get(coordinator.stats.remote())
-    assert before["warm"]["blocks"] == 30 and before["held_blocks"] > 0
+    assert before.warm.blocks == 30 and before.held_blocks > 0
     ray.kill(coordinator, no_restart=False)
     deadline = time.monotonic() + 60
     while True:
         try:
             after = ray.get(ray.get_actor(coordinator_name(config), namespace="tierload").stats.remote(), timeout=10)
-            if after["incarnation"] != before["incarnation"] and after["held_blocks"] == before["held_blocks"]:
+            if after.incarnation != before.incarnation and after.held_blocks == before.held_blocks:
                 break
         except Exception:  # noqa: BLE001 - restarting
             pass
         assert time.monotonic() < deadline, "the node never resent its residency to the restarted coordinator"
         time.sleep(0.5)
-    assert after["warm"]["blocks"] == 30  # rebuilt from the warm store
+    assert after.warm.blocks == 30  # rebuilt from the warm store
     dataset.set_epoch(1)
     assert sorted(indices(dataset)) == list(range(30))
     assert dataset.epoch_stats(1)["cold_bytes"] == 0

@@ -25,7 +25,7 @@ def test_holder_map_deltas_and_snapshots(tmp_path):
     assert not delta.full
     assert delta.holders == {KEYS[0]: ["a", "b"], KEYS[4]: ["b"], KEYS[1]: []}
     assert coord.holders(KEYS[:2]) == {KEYS[0]: ["a", "b"], KEYS[1]: []}
-    assert coord.stats()["held_blocks"] == 3  # removals leave no empty entries behind
+    assert coord.stats().held_blocks == 3  # removals leave no empty entries behind
     assert coord.forget_node("a") == 2
     assert coord.holders([KEYS[0], KEYS[2]]) == {KEYS[0]: ["b"], KEYS[2]: []}
 
@@ -36,7 +36,7 @@ def test_a_node_that_ray_reports_dead_is_forgotten(tmp_path):
     coord.sync("b", SyncReport(hot_full=KEYS[2:4]))
     coord.sync("a", SyncReport(lost=["b"]))
     stats = coord.stats()
-    assert stats["forgotten_nodes"] == ["b"] and set(stats["nodes"]) == {"a"} and stats["held_blocks"] == 2
+    assert stats.forgotten_nodes == ("b",) and set(stats.nodes) == {"a"} and stats.held_blocks == 2
 
 
 def test_warm_admission_reserves_before_writes_and_respects_capacity(tmp_path):
@@ -45,7 +45,7 @@ def test_warm_admission_reserves_before_writes_and_respects_capacity(tmp_path):
                                         proposals=[(k, 1000) for k in KEYS]))
     assert answer.granted == [True, True, True, False, False, False]  # 3000 bytes fit three
     coord.commit(KEYS[:2], [KEYS[2]])  # the third write failed: its space is released
-    stats = coord.stats()["warm"]
-    assert stats["blocks"] == 2 and stats["used_bytes"] == 2000 and stats["reserved_blocks"] == 0
+    stats = coord.stats().warm
+    assert stats is not None and stats.blocks == 2 and stats.used_bytes == 2000 and stats.reserved_blocks == 0
     again = coord.sync("a", SyncReport(proposals=[(KEYS[0], 1000)]))
     assert again.present == [True] and again.granted == [False]

@@ -116,7 +116,7 @@ def test_streamed_blocks_are_offered_to_the_warm_tier_from_their_hot_files(bucke
     assert sorted(sample_bytes(sample) for sample in dataset) == sorted(objects.values())
     land_warm_writes(dataset)
     coordinator = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
-    assert ray.get(coordinator.stats.remote())["warm"]["blocks"] == 3
+    assert ray.get(coordinator.stats.remote()).warm.blocks == 3
     assert dataset.cache_stats()["levels"][0]["evictions"] == 0
 
 

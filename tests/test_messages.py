@@ -4,6 +4,7 @@ the cold location that carries credentials without showing them."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 
 import numpy as np
@@ -19,6 +20,7 @@ from tierload.stores.cold.source import ColdSource
 from tierload.wire.api import ACTOR_METHODS, CHANNEL_METHODS, COORDINATOR_METHODS, NodeCacheAPI, NodeCacheServiceAPI
 from tierload.wire.channel import ChannelClient
 from tierload.wire.node_client import NodeCacheClient
+from tierload.wire.stats import LevelStats, NodeStats, StreamStats
 from tierload.wire.endpoint import ENDPOINT_FILE, publish_endpoint, read_endpoint
 from tierload.wire.messages import (
     BlockTable,
@@ -141,6 +143,16 @@ def test_the_node_cache_channel_serves_only_its_allow_list(node_cache):
         assert typed.register_dataset(DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS))) is True
         assert typed.has_dataset("d") is True
         assert typed.open_stream("s", 0, 1, StreamPlan(dataset_id="d", epoch=0, seq=[0], consume_len=0))
+        # Stats cross as typed messages; to_dict() is the documented plain shape (cache_stats, status --json).
+        stats, (stream,) = typed.stats(), typed.stream_stats("d")
+        assert isinstance(stats, NodeStats) and stats.node_id == "n1" and stats.pid == os.getpid()
+        assert isinstance(stream, StreamStats) and stream.stream_id == "s" and stream.consume_len == 0
+        assert stats.streams == (stream,) and all(isinstance(level, LevelStats) for level in stats.levels)
+        plain = typed.status().to_dict()
+        assert plain["coordinator"] is None and set(plain["node"]) == {
+            "node_id", "counters", "levels", "inflight", "threads", "pid", "staged_bytes", "streams", "finished_streams"}
+        assert plain["node"]["streams"][0]["stream_id"] == "s" and "hot_hits" in plain["node"]["streams"][0]
+        assert typed.stream_stats("another dataset") == []
         typed.close()
     finally:
         client.close()

@@ -41,7 +41,7 @@ def test_constructors_touch_no_file_and_start_does(tmp_path):
         ram_level = cache.endpoint().hot_dirs[0]
         assert ram_level not in ram_after_construction and ram_level in _ram_dirs()
         cache.sync_now()  # the started cache reaches its coordinator
-        assert coordinator.stats()["nodes"] == {"node-a": 0}
+        assert coordinator.stats().nodes == {"node-a": 0}
     finally:
         cache.close()
         for ram_dir in cache.endpoint().hot_dirs[:-1]:  # the RAM level, outside tmp_path

@@ -245,7 +245,7 @@ def test_a_hot_tier_smaller_than_the_plan_hits_as_often_as_beladys_min(make_part
     assert best.exact and 0 < best.hits < len(seq)
     assert stats["hot_hits"] == best.hits
     assert stats["cold_gets"] == len(seq) - best.hits
-    evictions = sum(level["evictions"] for level in parts.hot.stats())
+    evictions = sum(level.evictions for level in parts.hot.stats())
     assert evictions > 0 and len(_resident(parts)) <= 3
 
 
@@ -290,8 +290,8 @@ def test_an_idle_stream_expires_and_its_ghost_keeps_informing_eviction(make_part
         assert streams.rows() == []
         with pytest.raises(StreamNotOpenError, match="e0"):
             streams.require("e0")
-        finished = {row["stream_id"]: row for row in parts.accounting.finished_rows()}
-        assert set(finished) == {"e0", "other"} and not finished["e0"]["finished"]
+        finished = {row.stream_id: row for row in parts.accounting.finished_rows()}
+        assert set(finished) == {"e0", "other"} and not finished["e0"].finished
         # The ghost's look-ahead still says which blocks come next; the rest are needed never.
         assert [stream.stream_id for stream in parts.plans["ds"]] == ["e0"]
         distances = oracle.distances(keys).tolist()

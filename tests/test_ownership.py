@@ -126,7 +126,7 @@ def test_a_killed_owner_is_taken_over_with_its_complete_blocks_adopted(tmp_path,
     assert f"previous owner (pid {owner.pid}" in caplog.text
     assert read_endpoint(str(hot)).pid == os.getpid()
     assert live_owner(str(hot)).pid == os.getpid()
-    assert cache.stats()["levels"][-1]["blocks"] == 1  # the dead owner's block, adopted
+    assert cache.stats().levels[-1].blocks == 1  # the dead owner's block, adopted
     assert (hot / OWNER_FILE).stat().st_mode & 0o077 == 0
 
 

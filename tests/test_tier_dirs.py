@@ -66,7 +66,7 @@ def test_a_hot_level_remounted_read_only_stops_admitting_keeps_serving_and_says_
     assert_writes_fail(hot)
     for key, raw, digest in blocks[9:]:  # each needs victims now: their files cannot be deleted
         assert tier.place(key, raw, digest) is None
-    level = tier.stats()[0]
+    level = tier.stats()[0].to_dict()
     assert level["writable"] is False and level["reserved_blocks"] == 0
     assert level["used_bytes"] == sum(block_files(hot).values())  # no leaked reservation, no lost victim
     assert sorted(tier.resident_keys()) == sorted(block_files(hot)) == sorted(k for k, _, _ in blocks[:9])
@@ -77,9 +77,9 @@ def test_a_hot_level_remounted_read_only_stops_admitting_keeps_serving_and_says_
     mounts.remount(hot, read_only=False)
     time.sleep(0.35)  # write_retry_s: then one write is tried again
     assert tier.place(*blocks[59]) == 0
-    assert tier.stats()[0]["writable"] is True
+    assert tier.stats()[0].writable is True
     assert tierload_lines(caplog, "takes writes again") == 1
-    assert tier.stats()[0]["used_bytes"] == sum(block_files(hot).values())
+    assert tier.stats()[0].used_bytes == sum(block_files(hot).values())
 
 
 def test_a_ram_level_smaller_than_its_capacity_hands_what_does_not_fit_to_the_disk_level(tmp_path, small_ram_level,
@@ -93,7 +93,7 @@ def test_a_ram_level_smaller_than_its_capacity_hands_what_does_not_fit_to_the_di
     levels = [tier.place(*b) for b in blocks]
     assert None not in levels and levels.count(1) > 0 and levels.count(0) > 0
     assert sorted(tier.resident_keys()) == sorted(k for k, _, _ in blocks)  # every block kept, none lost
-    ram, disk = tier.stats()
+    ram, disk = (level.to_dict() for level in tier.stats())
     assert ram["used_bytes"] == sum(block_files(small_ram_level).values()) and ram["reserved_blocks"] == 0
     assert disk["used_bytes"] == sum(block_files(tmp_path / "hot").values()) and disk["reserved_blocks"] == 0
     assert ram["capacity_bytes"] < 128 * 1024  # lowered to what the file system holds
@@ -112,7 +112,7 @@ def test_a_warm_dir_that_cannot_be_made_runs_without_a_warm_tier_and_a_read_only
     assert store is not None and store.scan() == {}
     coordinator = Coordinator({"warm": {"url": str(frozen / "missing"), "capacity_bytes": 2**20}},
                               node_alive=lambda: None).start()
-    assert coordinator.stats()["warm"]["blocks"] == 0
+    assert coordinator.stats().warm.blocks == 0
 
 
 def test_a_read_only_warm_tier_is_used_again_once_writable(tmp_path, mounts, caplog):
@@ -139,17 +139,17 @@ def test_a_read_only_warm_tier_is_used_again_once_writable(tmp_path, mounts, cap
         sync.flush()
 
     offer(blocks[:10])
-    assert coordinator.stats()["warm"]["blocks"] == 10 == len(block_files(warm))
+    assert coordinator.stats().warm.blocks == 10 == len(block_files(warm))
     mounts.remount(warm, read_only=True)
     offer(blocks[10:20])  # granted by the coordinator, refused by the file system
     offer(blocks[20:25])  # not even proposed: the tier refuses writes
-    stats = coordinator.stats()["warm"]
+    stats = coordinator.stats().warm.to_dict()
     assert stats["reserved_blocks"] == 0 and stats["blocks"] == 10 == len(block_files(warm))
     assert stats["used_bytes"] == sum(block_files(warm).values())
     assert sync.stats["warm_write_errors"] == 1 and tierload_lines(caplog, REFUSES) == 1
     mounts.remount(warm, read_only=False)
     time.sleep(0.35)
     offer(blocks[25:])
-    stats = coordinator.stats()["warm"]
+    stats = coordinator.stats().warm.to_dict()
     assert stats["blocks"] == len(block_files(warm)) > 10 and stats["reserved_blocks"] == 0
     assert tierload_lines(caplog, "takes writes again") == 1 and "Traceback" not in caplog.text

@@ -29,11 +29,10 @@ def _own_stats(dataset, epoch: int) -> dict:
     totals: dict = {}
     dataset_id = dataset.manifest.dataset_id
     for row in dataset._link.call(lambda cache: cache.stream_stats(dataset_id), wait_s=30.0):
-        if mark in row["stream_id"]:
-            for name, value in row.items():
-                if isinstance(value, int) and not isinstance(value, bool) and name not in ("epoch", "cursor",
-                                                                                         "consume_len"):
-                    totals[name] = totals.get(name, 0) + value
+        if mark in row.stream_id:
+            for name, value in (("lead_blocks", row.lead_blocks), ("lead_positions", row.lead_positions),
+                                *row.counters.items()):
+                totals[name] = totals.get(name, 0) + value
     return totals
 
 

@@ -207,11 +207,11 @@ def scenario_node_loss(shared: Shared, workdir: str) -> dict:
         deadline = time.monotonic() + 30
         while True:
             coord = ray.get(coordinator.stats.remote())
-            if lost_node in coord["forgotten_nodes"] or time.monotonic() > deadline:
+            if lost_node in coord.forgotten_nodes or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         return {"first": first, "survivors": summarize(results), "survivor_seconds": elapsed,
-                "doomed": doomed_state, "lost_node": lost_node, "coordinator": coord,
+                "doomed": doomed_state, "lost_node": lost_node, "coordinator": coord.to_dict(),
                 "expected": [sorted(r) for r in _expected_slices(1)]}
     finally:
         end(config, trainers, wait=False)  # the last scenario: the lost node's cache cannot be stopped

@@ -25,7 +25,6 @@ import secrets
 import threading
 import time
 from collections import defaultdict
-from typing import Any
 
 from tierload.config.loading import as_config
 from tierload.config.models import TierloadConfig
@@ -40,6 +39,7 @@ from tierload.stores.base import BlockStore
 from tierload.stores.tier_writes import WriteHealth, open_warm_or_none, warn_if_larger_than_file_system
 from tierload.wire.api import CoordinatorAPI
 from tierload.wire.messages import SyncAnswer, SyncReport
+from tierload.wire.stats import CoordinatorStats, WarmStats
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Coordinator(CoordinatorAPI):
                     if not self._index.add_existing(key, size, 0.0):
                         self._delete_warm(key)
         if self.config.metrics.enabled and self._exporter is None:
-            self._exporter = PeriodicExporter(lambda: coordinator_samples(self.stats()), "coordinator",
+            self._exporter = PeriodicExporter(lambda: coordinator_samples(self.stats().to_dict()), "coordinator",
                                               self.config.metrics.export_interval_s).start()
         return self
 
@@ -215,15 +215,14 @@ class Coordinator(CoordinatorAPI):
                 log.warning("forgot node %s and the %d blocks it held", node_id, len(keys))
             return len(keys)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> CoordinatorStats:
         """Warm-tier usage, nodes seen, and the size of the holder map."""
         with self._lock:
-            warm = {**self._index.stats(), **self._health.stats()} if self._index is not None else None
-            return {"warm": warm,
-                    "nodes": {node: len(self._node_keys.get(node, ())) for node in self._nodes},
-                    "forgotten_nodes": sorted(self._forgotten), "accesses": self._accesses,
-                    "tracked_blocks": len(self._counter), "held_blocks": len(self._holders),
-                    "clock": self._now, "incarnation": self.incarnation}
+            warm = WarmStats(**self._index.stats(), **self._health.stats()) if self._index is not None else None
+            return CoordinatorStats(warm=warm, nodes={node: len(self._node_keys.get(node, ())) for node in self._nodes},
+                                    forgotten_nodes=tuple(sorted(self._forgotten)), accesses=self._accesses,
+                                    tracked_blocks=len(self._counter), held_blocks=len(self._holders),
+                                    clock=self._now, incarnation=self.incarnation)
 
     # -------------------------------------------------------------- internals
     def _clock(self, reported: float) -> float:

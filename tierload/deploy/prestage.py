@@ -237,9 +237,9 @@ class Prestager:
         result.skipped_blocks = result.planned_blocks - result.present_blocks - result.staged_blocks \
             - result.refused_blocks - result.too_large_blocks
         result.skipped_bytes = result.planned_bytes - result.done_bytes - result.too_large_bytes
-        warm = (self.call(CoordinatorAPI.stats) or {}).get("warm") or {}
-        result.warm_used_bytes = warm.get("used_bytes", 0)
-        result.warm_capacity_bytes = warm.get("capacity_bytes", self.config.warm.capacity_bytes)
+        warm = self.call(CoordinatorAPI.stats).warm
+        result.warm_used_bytes = 0 if warm is None else warm.used_bytes
+        result.warm_capacity_bytes = self.config.warm.capacity_bytes if warm is None else warm.capacity_bytes
         result.elapsed_s = time.monotonic() - started
         return result
 
@@ -248,8 +248,8 @@ class Prestager:
         ``result.too_large_*`` and never read (a compressed tier's frames may be smaller: all kept)."""
         if self.config.warm.compress:
             return missing
-        capacity = ((self.call(CoordinatorAPI.stats) or {}).get("warm") or {}).get("capacity_bytes",
-                                                                       self.config.warm.capacity_bytes)
+        warm = self.call(CoordinatorAPI.stats).warm
+        capacity = self.config.warm.capacity_bytes if warm is None else warm.capacity_bytes
         keep, too_large = fitting(missing, capacity)
         result.too_large_blocks = len(too_large)
         result.too_large_bytes = sum(block.length for block in too_large)

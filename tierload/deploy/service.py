@@ -9,13 +9,21 @@ there (or at the next ``serve``).
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any
 
 from tierload.config.models import TierloadConfig
-from tierload.deploy.actors import actor_call, coordinator_name, get_coordinator, get_node_cache, node_cache_name
+from tierload.deploy.actors import (
+    CoordinatorCall,
+    actor_call,
+    coordinator_name,
+    get_coordinator,
+    get_node_cache,
+    node_cache_name,
+)
 from tierload.deploy.runtime import ensure_ray, stop_actors
 from tierload.node.stats import hit_ratios
-from tierload.wire.api import NodeCacheServiceAPI
+from tierload.wire.api import CoordinatorAPI, NodeCacheServiceAPI
+from tierload.wire.stats import NodeStats
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +104,14 @@ def status(config: TierloadConfig) -> dict[str, Any]:
             continue
         try:
             handle = ray.get_actor(actor["name"], namespace=config.ray.namespace)
-            stats = cast(dict[str, Any], ray.get(actor_call(handle, NodeCacheServiceAPI.stats), timeout=30))
+            stats: NodeStats = ray.get(actor_call(handle, NodeCacheServiceAPI.stats), timeout=30)
         except Exception as exc:  # noqa: BLE001 - report the node as unreachable, keep going
             nodes.append({"actor": actor["name"], "error": f"{type(exc).__name__}: {exc}"})
             continue
-        nodes.append(node_row(actor["name"], stats))
+        nodes.append(node_row(actor["name"], stats.to_dict()))
     coordinator: dict[str, Any] | None = None
     if any(a["name"] == coordinator_name(config) for a in _named_actors(config)):
-        handle = ray.get_actor(coordinator_name(config), namespace=config.ray.namespace)
-        coordinator = cast(dict[str, Any], ray.get(handle.stats.remote(), timeout=30))
+        coordinator = CoordinatorCall(coordinator_name(config), config.ray.namespace)(CoordinatorAPI.stats).to_dict()
     return {"nodes": nodes, "coordinator": coordinator}
 
 

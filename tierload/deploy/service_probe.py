@@ -144,7 +144,7 @@ def local_status(endpoint: Endpoint) -> dict[str, Any] | None:
         return None  # a stale endpoint: its process is gone (or its pid was reused)
     client = NodeCacheClient(endpoint.address, endpoint.authkey)
     try:
-        return dict(client.status())
+        return client.status().to_dict()
     except (TierloadError, OSError, EOFError) as exc:
         log.debug("node cache at %s did not answer", endpoint.address, exc_info=True)
         return {"error": f"{type(exc).__name__}: {exc}"}

@@ -455,8 +455,7 @@ class TieredDataset(IterableDataset):
         """The node cache's counters, levels and streams (see :meth:`NodeCache.stats`), plus
         ``device_path``: how samples reach the output device (see :mod:`tierload.loader.gpu`)."""
         stats = self._started_link().call(lambda cache: cache.stats(), wait_s=30.0)
-        stats["device_path"] = self.device_path
-        return stats
+        return {**stats.to_dict(), "device_path": self.device_path}
 
     def epoch_stats(self, epoch: int) -> dict[str, float]:
         """Summed counters of this node's streams of ``epoch`` for this dataset: the node's
@@ -474,10 +473,9 @@ class TieredDataset(IterableDataset):
         totals: dict[str, float] = {}
         dataset_id = self.manifest.dataset_id
         for row in self._started_link().call(lambda cache: cache.stream_stats(dataset_id), wait_s=30.0):
-            if row["epoch"] != epoch or not counted(row["stream_id"]):
+            if row.epoch != epoch or not counted(row.stream_id):
                 continue
-            for name, value in row.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in (
-                        "epoch", "cursor", "consume_len"):
-                    totals[name] = totals.get(name, 0) + value
+            for name, value in (("lead_blocks", row.lead_blocks), ("lead_positions", row.lead_positions),
+                                *row.counters.items()):
+                totals[name] = totals.get(name, 0) + value
         return totals

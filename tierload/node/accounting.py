@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
+from dataclasses import replace
 from typing import Callable, Iterable, Mapping
 
 from tierload.config.models import DecayConfig
@@ -23,6 +24,7 @@ from tierload.node.stats import new_stats
 from tierload.node.stream import Stream
 from tierload.policies.counts import AccessCounts
 from tierload.policies.frequency import DecayingCounter
+from tierload.wire.stats import StreamStats
 
 RECORD_LIMIT = 10_000_000  # accesses a trace recording keeps at most
 # Fetch latencies kept for the next metrics export (the oldest are dropped past this; an export
@@ -124,19 +126,19 @@ class NodeAccounting:
         """
         self.finished.append((self._progress_row(stream), stream.stats))
 
-    def finished_rows(self) -> list[dict]:
+    def finished_rows(self) -> list[StreamStats]:
         """Rows of the finished streams, with their counters as they are now (call under the lock)."""
-        return [{**row, **dict(stats)} for row, stats in self.finished]
+        return [replace(row, counters=dict(stats)) for row, stats in self.finished]
 
     @staticmethod
-    def stream_row(stream: Stream) -> dict:
+    def stream_row(stream: Stream) -> StreamStats:
         """A stream's progress and counters, as :meth:`NodeCache.stream_stats` lists them
         (``lead_blocks``, ``lead_positions``: how far prefetching is ahead of the consumers)."""
-        return {**NodeAccounting._progress_row(stream), **dict(stream.stats)}
+        return replace(NodeAccounting._progress_row(stream), counters=dict(stream.stats))
 
     @staticmethod
-    def _progress_row(stream: Stream) -> dict:
+    def _progress_row(stream: Stream) -> StreamStats:
         lead_blocks, lead_positions = stream.lead()
-        return {"stream_id": stream.stream_id, "dataset_id": stream.dataset_id, "epoch": stream.epoch,
-                "cursor": stream.cursor, "consume_len": stream.consume_len, "finished": stream.finished,
-                "lead_blocks": lead_blocks, "lead_positions": lead_positions}
+        return StreamStats(stream_id=stream.stream_id, dataset_id=stream.dataset_id, epoch=stream.epoch,
+                           cursor=stream.cursor, consume_len=stream.consume_len, finished=stream.finished,
+                           lead_blocks=lead_blocks, lead_positions=lead_positions)

@@ -45,6 +45,7 @@ from tierload.stores.tier_writes import (
     warn_if_larger_than_file_system,
     write_refusal,
 )
+from tierload.wire.stats import LevelStats
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +199,10 @@ class HotTier:
         added = [key for key in dirty if self.level_of(key) is not None]
         return added, [key for key in dirty if key not in added]
 
-    def stats(self) -> list[dict]:
-        """Per level, fastest first: the index's stats, ``writable`` and ``write_failures``, and its
-        ``promotions``, ``demotions`` and ``written_bytes``."""
-        return [{**level.index.stats(), **level.health.stats(), "promotions": level.moves["promotions"],
-                 "demotions": level.moves["demotions"], "written_bytes": level.moves["written_bytes"]}
+    def stats(self) -> list[LevelStats]:
+        """Per level, fastest first: the index's usage, its directory's health, and the blocks moved."""
+        return [LevelStats(**level.index.stats(), **level.health.stats(), promotions=level.moves["promotions"],
+                           demotions=level.moves["demotions"], written_bytes=level.moves["written_bytes"])
                 for level in self.levels]
 
     def read_frame(self, key: str) -> bytes | None:

@@ -24,7 +24,7 @@ import secrets
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Callable
 
 from tierload.config.loading import as_config
 from tierload.config.models import TierloadConfig
@@ -54,6 +54,7 @@ from tierload.wire.messages import (
     StreamPlan,
     WireBlock,
 )
+from tierload.wire.stats import NodeStats, NodeStatus, StreamStats
 
 log = logging.getLogger(__name__)
 
@@ -342,35 +343,27 @@ class NodeCache(NodeCacheServiceAPI):
         if self._sync is not None:
             self._sync.flush()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> NodeStats:
         """Counters, per-level usage, open streams and the last closed streams."""
         with self._cond:
             fetches = self._fetcher.stats()
-            result = {
-                "node_id": self.node_id,
-                "counters": dict(self._accounting.stats),
-                "levels": self._hot.stats(),
-                "inflight": fetches["inflight"],
-                "threads": threading.active_count(),
-                "pid": os.getpid(),
-                "staged_bytes": fetches["staged_bytes"],
-                "streams": self._streams.rows(),
-                "finished_streams": self._accounting.finished_rows(),
-            }
-        if self._sync is not None:
-            result["sync"] = dict(self._sync.stats)
-        return result
+            return NodeStats(node_id=self.node_id, counters=dict(self._accounting.stats),
+                             levels=tuple(self._hot.stats()), inflight=fetches["inflight"],
+                             threads=threading.active_count(), pid=os.getpid(), staged_bytes=fetches["staged_bytes"],
+                             streams=tuple(self._streams.rows()),
+                             finished_streams=tuple(self._accounting.finished_rows()),
+                             sync=None if self._sync is None else dict(self._sync.stats))
 
-    def status(self) -> dict[str, Any]:
-        """What ``tierload status`` shows of this node: ``{"node": stats(), "coordinator": the
-        coordinator's stats (the warm tier), or None when there is none or it does not answer}``."""
+    def status(self) -> NodeStatus:
+        """What ``tierload status`` shows of this node: its stats and the coordinator's (the warm
+        tier), or None when there is no coordinator or it does not answer."""
         coordinator = None
         if self._coordinator_call is not None:
             try:
                 coordinator = self._coordinator_call(CoordinatorAPI.stats)
             except Exception:  # noqa: BLE001 - the node's own figures are still worth showing
                 log.debug("the coordinator did not answer a stats call", exc_info=True)
-        return {"node": self.stats(), "coordinator": coordinator}
+        return NodeStatus(node=self.stats(), coordinator=coordinator)
 
     def metric_samples(self) -> list[Sample]:
         """This node's metrics (:mod:`tierload.metrics.catalog`) from its counters, as the exporter
@@ -382,7 +375,7 @@ class NodeCache(NodeCacheServiceAPI):
             latencies = self._accounting.take_latencies()
             loops = [rank_samples(rank, dataset, stall_s, loop_s, int(samples))
                      for (rank, dataset), (stall_s, loop_s, samples) in self._loops.items()]
-        return node_samples(stats, self._lead_clock.leads(positions), latencies) + [
+        return node_samples(stats.to_dict(), self._lead_clock.leads(positions), latencies) + [
             item for rows in loops for item in rows]
 
     def report_loop(self, report: LoopReport) -> None:
@@ -403,14 +396,14 @@ class NodeCache(NodeCacheServiceAPI):
             total[1] += report.loop_s
             total[2] += report.samples
 
-    def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
+    def stream_stats(self, dataset_id: str | None = None) -> list[StreamStats]:
         """Stats of open and recently closed streams, optionally of one dataset; a finished
         stream's counters include the tallies of its last fetches (waited for up to
         :data:`~tierload.node.fetcher.TALLY_WAIT_S`)."""
         with self._cond:
             self._fetcher.wait_for_finished_tallies(TALLY_WAIT_S)
             rows = self._streams.rows() + self._accounting.finished_rows()
-        return [row for row in rows if dataset_id is None or row["dataset_id"] == dataset_id]
+        return [row for row in rows if dataset_id is None or row.dataset_id == dataset_id]
 
     def close(self) -> None:
         """Stop serving (files in the hot tier stay for the next start) and withdraw the

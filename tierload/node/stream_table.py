@@ -32,6 +32,7 @@ from tierload.node.stats import new_stats
 from tierload.node.stream import Stream
 from tierload.policies.counts import PinCounts
 from tierload.wire.messages import StreamPlan
+from tierload.wire.stats import StreamStats
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class StreamTable:
         """The epochs of the open streams."""
         return [stream.epoch for stream in self._streams.values()]
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[StreamStats]:
         """Stats rows of the open streams."""
         return [self._accounting.stream_row(s) for s in self._streams.values()]
 

@@ -28,6 +28,7 @@ from tierload.wire.messages import (
     SyncReport,
     WireBlock,
 )
+from tierload.wire.stats import CoordinatorStats, NodeStats, NodeStatus, StreamStats
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -130,12 +131,12 @@ class NodeCacheAPI(Protocol):
         """Send what this node learned to the coordinator now."""
         ...
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> NodeStats:
         """The node cache's counters (hot levels, fetches, wire, coordinator)."""
         ...
 
-    def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
-        """Per open stream: prefetch lead, waits, hits."""
+    def stream_stats(self, dataset_id: str | None = None) -> list[StreamStats]:
+        """Per open or recently closed stream: prefetch lead, waits, hits."""
         ...
 
     def report_loop(self, report: LoopReport) -> None:
@@ -143,7 +144,7 @@ class NodeCacheAPI(Protocol):
         cache exports them as that rank's metrics)."""
         ...
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> NodeStatus:
         """What ``tierload status`` shows for this node."""
         ...
 
@@ -201,7 +202,7 @@ class CoordinatorAPI(Protocol):
         """Remove a lost node from the holder map; the number of entries removed."""
         ...
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> CoordinatorStats:
         """The warm tier's and the cluster's counters."""
         ...
 

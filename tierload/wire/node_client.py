@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tierload.wire.api import NodeCacheAPI
 from tierload.wire.channel import ChannelClient
 from tierload.wire.messages import DatasetRegistration, Endpoint, HotBlock, LoopReport, StreamPlan, WireBlock
+from tierload.wire.stats import NodeStats, NodeStatus, StreamStats
 
 
 class NodeCacheClient(NodeCacheAPI):
@@ -66,13 +65,13 @@ class NodeCacheClient(NodeCacheAPI):
     def sync_now(self) -> None:
         self.channel.call(NodeCacheAPI.sync_now)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> NodeStats:
         return self.channel.call(NodeCacheAPI.stats)
 
-    def stream_stats(self, dataset_id: str | None = None) -> list[dict]:
+    def stream_stats(self, dataset_id: str | None = None) -> list[StreamStats]:
         return self.channel.call(NodeCacheAPI.stream_stats, dataset_id)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> NodeStatus:
         return self.channel.call(NodeCacheAPI.status)
 
     def report_loop(self, report: LoopReport) -> None:

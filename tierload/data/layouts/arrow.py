@@ -31,19 +31,16 @@ from __future__ import annotations
 import base64
 import struct
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 
 from tierload.data.blocks import Block
-from tierload.data.layouts.base import LayoutPlan
+from tierload.data.layouts.base import LayoutPlan, ManifestView
 from tierload.data.layouts.table_rows import table_samples
 from tierload.errors import ConfigError, DecodeError, ManifestError
 from tierload.stores.cold.listing import ObjectInfo
 from tierload.stores.cold.source import ColdSource
-
-if TYPE_CHECKING:
-    from tierload.data.manifest import Manifest
 
 _FILE_MAGIC = b"ARROW1"
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -254,7 +251,7 @@ def plan_arrow(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: in
     return LayoutPlan.of_counts(blocks, counts, extra={"files": described, "block_file": block_file}, skipped=skipped)
 
 
-def check_columns(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:
+def check_columns(manifest: ManifestView, columns: list[str], label_column: str | None) -> list[Block]:
     """The manifest's blocks, unchanged, once ``columns`` are known to be in the files' schemas.
 
     Raises:

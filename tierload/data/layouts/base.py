@@ -8,6 +8,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from tierload.data.blocks import Block
+from tierload.data.packs import PackIndex
 
 
 @dataclass
@@ -56,3 +57,34 @@ class BlockDecoder(Protocol):
 
     def decode(self, block_index: int, data: bytes) -> Sequence[tuple[Any, int]]:
         """Return the block's samples as ``(sample, label)`` pairs, indexable by position."""
+
+
+class ManifestView(Protocol):
+    """What a layout's decoder factory or projector reads of a dataset's manifest
+    (:class:`tierload.data.manifest.Manifest` is one): handed this view, a layout never imports
+    the manifest module, which imports the layouts to plan and decode."""
+
+    @property
+    def url(self) -> str:
+        """The dataset's prefix URL in the cold tier."""
+        ...
+
+    @property
+    def blocks(self) -> list[Block]:
+        """Every block, in the manifest's order."""
+        ...
+
+    @property
+    def labels(self) -> np.ndarray:
+        """int64 (num_samples,): class index, or -1 where the label comes with the data."""
+        ...
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Layout-specific data (footers, schemas, offsets)."""
+        ...
+
+    @property
+    def pack_index(self) -> PackIndex:
+        """Where each packed sample lies in its pack."""
+        ...

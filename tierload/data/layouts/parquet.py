@@ -32,22 +32,19 @@ import base64
 import logging
 import struct
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tierload.data.blocks import Block
-from tierload.data.layouts.base import LayoutPlan
+from tierload.data.layouts.base import LayoutPlan, ManifestView
 from tierload.data.layouts.sparse import SparseFile
 from tierload.data.layouts.table_rows import table_samples
 from tierload.data.packs import PackMembers
 from tierload.errors import ConfigError, ManifestError
 from tierload.stores.cold.listing import ObjectInfo
 from tierload.stores.cold.source import ColdSource
-
-if TYPE_CHECKING:
-    from tierload.data.manifest import Manifest
 
 _TAIL_GUESS = 64 * 1024
 log = logging.getLogger(__name__)
@@ -103,7 +100,7 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(start, end) for start, end in merged]
 
 
-def project_blocks(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:
+def project_blocks(manifest: ManifestView, columns: list[str], label_column: str | None) -> list[Block]:
     """The blocks of ``manifest`` (a Parquet manifest) holding only the chunks of ``columns``.
 
     A row group whose every column is wanted keeps its block (and its cache entry); any other

@@ -12,22 +12,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from tierload.config.models import LAYOUT_NAMES
-from tierload.data.layouts.base import BlockDecoder, LayoutPlan
+from tierload.data.layouts.base import BlockDecoder, LayoutPlan, ManifestView
 from tierload.errors import ConfigError
 
 if TYPE_CHECKING:
     from tierload.config.models import ManifestConfig
     from tierload.data.blocks import Block
-    from tierload.data.manifest import Manifest
     from tierload.stores.cold.listing import ObjectListing
     from tierload.stores.cold.source import ColdSource
 
 # (source, objects, manifest config) -> plan
 Planner = Callable[["ColdSource", "ObjectListing", "ManifestConfig"], LayoutPlan]
 # (manifest, label column, columns) -> decoder
-DecoderFactory = Callable[["Manifest", "str | None", "list[str] | None"], BlockDecoder]
+DecoderFactory = Callable[[ManifestView, "str | None", "list[str] | None"], BlockDecoder]
 # (manifest, columns, label column) -> the manifest's blocks holding only those columns
-Projector = Callable[["Manifest", "list[str]", "str | None"], "list[Block]"]
+Projector = Callable[[ManifestView, "list[str]", "str | None"], "list[Block]"]
 
 
 @dataclass(frozen=True)
@@ -119,25 +118,25 @@ def _plan_arrow(source: ColdSource, objects: ObjectListing, config: ManifestConf
     return plan_arrow(source, list(objects), block_bytes=config.block_bytes)
 
 
-def _arrow_columns(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:
+def _arrow_columns(manifest: ManifestView, columns: list[str], label_column: str | None) -> list[Block]:
     from tierload.data.layouts.arrow import check_columns
 
     return check_columns(manifest, columns, label_column)
 
 
-def _image_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _image_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.objects import ImageDecoder
 
     return ImageDecoder(manifest.labels, manifest.pack_index)
 
 
-def _raw_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _raw_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.objects import RawDecoder
 
     return RawDecoder(manifest.labels, manifest.pack_index)
 
 
-def _parquet_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _parquet_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.parquet import ParquetDecoder
 
     ranges = [[(b.offset, b.length)] if b.members is None else [(offset, length) for _, _, offset, length
@@ -146,43 +145,43 @@ def _parquet_decoder(manifest: Manifest, label_column: str | None, columns: list
     return ParquetDecoder(manifest.extra, ranges, label_column, columns)
 
 
-def _parquet_projection(manifest: Manifest, columns: list[str], label_column: str | None) -> list[Block]:
+def _parquet_projection(manifest: ManifestView, columns: list[str], label_column: str | None) -> list[Block]:
     from tierload.data.layouts.parquet import project_blocks
 
     return project_blocks(manifest, columns, label_column)
 
 
-def _webdataset_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _webdataset_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.webdataset import WebDatasetDecoder
 
     return WebDatasetDecoder(shards=[block.url for block in manifest.blocks])
 
 
-def _npy_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _npy_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.npy import NpyDecoder
 
     return NpyDecoder(manifest.extra)
 
 
-def _tokens_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _tokens_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.tokens import TokenDecoder
 
     return TokenDecoder(manifest.extra)
 
 
-def _jsonl_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _jsonl_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.lines import LinesDecoder
 
     return LinesDecoder(manifest.extra, parse=True)
 
 
-def _lines_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _lines_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.lines import LinesDecoder
 
     return LinesDecoder(manifest.extra, parse=False)
 
 
-def _arrow_decoder(manifest: Manifest, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
+def _arrow_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
     from tierload.data.layouts.arrow import ArrowDecoder
 
     return ArrowDecoder(manifest.extra, label_column, columns)
