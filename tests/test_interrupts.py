@@ -19,6 +19,7 @@ from typing import Callable
 
 import psutil
 import pytest
+import yaml
 
 Ready = Callable[[list[psutil.Process]], bool]
 
@@ -130,3 +131,24 @@ def test_demo_ends_its_local_s3_and_ray(tmp_path, signum, group):
     proc, seen = _start(["demo", "--epochs", "50", "--workers", "1"], _has("ThreadedMotoServer", "raylet"), tmp_path)
     code = _interrupt(proc, seen, signum, group=group, tmp_path=tmp_path)
     assert code != 0
+
+
+def test_warm_ends_what_it_started(s3, bucket, faulty_s3, tier_config, tmp_path):
+    """``tierload warm`` stages through a coordinator in its own process (no cluster configured):
+    Ctrl-C stops it after the batch in flight (exit 130), and it leaves no process behind."""
+    name, fs = bucket
+    for index in range(40):  # 40 MiB: two batches of the stager (32 MiB each)
+        fs.pipe_file(f"{name}/ds/obj-{index:03d}.bin", bytes(2**20))
+    faulty_s3.faults.first_byte_s = 1.0  # each GET waits: the run is still staging when interrupted
+    options = {**s3.storage_options, "client_kwargs": {"endpoint_url": faulty_s3.endpoint_url,
+                                                       "region_name": "us-east-1"}}
+    config = tier_config(warm="64MiB", cold={"storage_options": options}, manifest={"layout": "files"})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config.to_dict()))
+    gets_before = sum(faulty_s3.faults.gets.values())
+
+    def staging(_procs: list[psutil.Process]) -> bool:
+        return sum(faulty_s3.faults.gets.values()) > gets_before  # its cold reads have started
+
+    proc, seen = _start(["warm", f"s3://{name}/ds", "--config", str(path)], staging, tmp_path)
+    assert _interrupt(proc, seen, signal.SIGINT, group=False, tmp_path=tmp_path) == 130
