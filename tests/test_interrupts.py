@@ -44,7 +44,7 @@ def _start(args: list[str], ready: Ready, tmp_path: Path, timeout_s: float = 240
     """Start ``tierload ARGS`` in its own process group; returns it once ``ready`` holds for its
     descendants, with every descendant seen so far (pid -> start time)."""
     log = open(tmp_path / "command.log", "w", encoding="utf-8")  # noqa: SIM115 - closed by the test's end
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "TIERLOAD_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "tierload.cli.main", *args], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=env, cwd=tmp_path, start_new_session=True)
     seen: dict[int, float] = {}
@@ -116,13 +116,21 @@ def _interrupt(proc: subprocess.Popen, seen: dict[int, float], signum: int, *, g
         _end_all(proc, seen)
 
 
-@pytest.mark.parametrize("signum, group", [(signal.SIGINT, False), (signal.SIGTERM, False)], ids=["sigint", "sigterm"])
-def test_bench_ends_its_contenders_and_servers(tmp_path, signum, group):
-    args = ["bench", "--quick", "--contenders", "tierload", "--samples", "64", "--epochs", "2",
+def _contender_and_its_worker(procs: list[psutil.Process]) -> bool:
+    """A contender and a DataLoader worker it forked (same command line) exist."""
+    return sum("tierload_tools.bench.contenders" in line for line in _names(procs).splitlines()) >= 2
+
+
+# Ctrl-C: the tierload contender, whose tree is the deepest the bench starts (bench > contender >
+# its own Ray's raylet > Ray workers); SIGTERM: the plain s3fs contender and its DataLoader workers.
+@pytest.mark.parametrize("signum, contender, ready", [
+    (signal.SIGINT, "tierload", _has("ThreadedMotoServer", "tierload_tools.bench.emulated_s3", "raylet")),
+    (signal.SIGTERM, "s3fs", _contender_and_its_worker)], ids=["sigint", "sigterm"])
+def test_bench_ends_its_contenders_and_servers(tmp_path, signum, contender, ready):
+    args = ["bench", "--quick", "--contenders", contender, "--samples", "64", "--epochs", "20",
             "--out", str(tmp_path / "out")]
-    # the contender's own Ray is up: the deepest tree the bench starts (bench > contender > raylet > workers)
-    proc, seen = _start(args, _has("ThreadedMotoServer", "tierload_tools.bench.emulated_s3", "raylet"), tmp_path)
-    code = _interrupt(proc, seen, signum, group=group, tmp_path=tmp_path)
+    proc, seen = _start(args, ready, tmp_path)
+    code = _interrupt(proc, seen, signum, group=False, tmp_path=tmp_path)
     assert code != 0
 
 
