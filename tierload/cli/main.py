@@ -12,6 +12,7 @@ import importlib
 
 import click
 
+from tierload.child_processes import own_children
 from tierload.cli.errors import debug_enabled, fail
 from tierload.cli.quiet import configure_output
 
@@ -69,5 +70,17 @@ from tierload.cli.warm import warm  # noqa: E402
 cli.add_command(warm)
 
 
+def main() -> None:
+    """The ``tierload`` program: :func:`cli` with every process a command starts ended when it ends
+    (returns, fails, Ctrl-C or SIGTERM; see :mod:`tierload.child_processes`)."""
+    owner = own_children()
+    try:
+        cli()
+    except SystemExit as exc:
+        owner.succeeded = exc.code in (0, None)
+        raise
+    owner.succeeded = True
+
+
 if __name__ == "__main__":
-    cli()
+    main()

@@ -171,9 +171,10 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
     def run() -> None:
         from tqdm import tqdm
 
+        from tierload.cli.replay_engine import choose_engine
         from tierload.simulator.dataset_source import dataset_shape
         from tierload.simulator.fast.tracegen import fast_job_trace
-        from tierload.simulator.report import compare, format_table, to_json
+        from tierload.simulator.report import compare, format_table, replayed_accesses, to_json
         from tierload.simulator.stack import StackSpec
         from tierload.simulator.trace import JobSpec
         from tierload.simulator.tracefile import read_trace, write_trace
@@ -207,13 +208,15 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
                               epochs=run_epochs, plot=plot, workers=processes, as_json=as_json, title=title,
                               loader=loader)
             return
+        engine = choose_engine(replayed_accesses(trace, spec, hot_names, warm_names))
         # disable=None: the bar shows on a terminal only, so --json output and logs stay clean.
         with tqdm(total=1, unit="access", unit_scale=True, desc="simulating", leave=False, disable=None) as bar:
             def progress(done: int, total: int) -> None:
                 bar.total = total
                 bar.update(done - bar.n)
 
-            comparison = compare(trace, spec, hot_policies=hot_names, warm_policies=warm_names, progress=progress)
+            comparison = compare(trace, spec, hot_policies=hot_names, warm_policies=warm_names, progress=progress,
+                                 engine=engine)
         comparison.setup.update(loader)
         click.echo(json.dumps(to_json(comparison), indent=2) if as_json else format_table(comparison))
 

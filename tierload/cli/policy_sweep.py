@@ -22,7 +22,8 @@ def run_sweep_command(trace: Trace, spec: StackSpec, config: TierloadConfig, swe
     """
     from tqdm import tqdm
 
-    from tierload.simulator.fast import warm_up
+    from tierload.cli.replay_engine import compile_with_bar
+    from tierload.simulator.fast.readiness import is_compiled
     from tierload.simulator.sweep import default_workers, parse_sweep, run_sweep
     from tierload.simulator.sweep_report import format_sweep, plot_sweep, require_matplotlib, sweep_to_json
 
@@ -33,7 +34,8 @@ def run_sweep_command(trace: Trace, spec: StackSpec, config: TierloadConfig, swe
     capacities = [int(share * data) for share in shares]
     policies = hot_names if tier == "hot" else warm_names
     points = len(capacities) * (len(policies) + (tier == "hot"))
-    warm_up()  # compile once here, not once per worker
+    if not is_compiled():  # compile once here, not once per worker
+        compile_with_bar(f"a sweep of {points} points")
     # disable=None: the bar shows on a terminal only, so --json output and logs stay clean.
     with tqdm(total=points, unit="point", desc=f"sweeping {tier}", leave=False, disable=None) as bar:
         sweep = run_sweep(trace, spec, tier, capacities, policies, epochs=epochs, cost=config.cost,

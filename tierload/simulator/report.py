@@ -47,6 +47,12 @@ class Comparison:
         raise KeyError(f"no replay of hot={hot!r}, warm={warm!r}")
 
 
+def replayed_accesses(trace: Trace, spec: StackSpec, hot_policies: Sequence[str] = HOT_POLICIES,
+                      warm_policies: Sequence[str] = WARM_POLICIES) -> int:
+    """The accesses :func:`compare` replays in all: the trace once per stack, and once for MIN."""
+    return len(trace) * (len(stacks_to_compare(spec, hot_policies, warm_policies)) + 1)
+
+
 def stacks_to_compare(spec: StackSpec, hot_policies: Sequence[str] = HOT_POLICIES,
                       warm_policies: Sequence[str] = WARM_POLICIES) -> list[StackSpec]:
     """The configured stack first, then one policy changed at a time.
@@ -68,7 +74,8 @@ def stacks_to_compare(spec: StackSpec, hot_policies: Sequence[str] = HOT_POLICIE
 
 
 def compare(trace: Trace, spec: StackSpec, *, hot_policies: Sequence[str] = HOT_POLICIES,
-            warm_policies: Sequence[str] = WARM_POLICIES, progress: Progress | None = None) -> Comparison:
+            warm_policies: Sequence[str] = WARM_POLICIES, progress: Progress | None = None,
+            engine: str = "auto") -> Comparison:
     """Replay ``trace`` through the configured stack and its one-policy variations.
 
     Args:
@@ -76,6 +83,7 @@ def compare(trace: Trace, spec: StackSpec, *, hot_policies: Sequence[str] = HOT_
         spec: The configured stack.
         hot_policies, warm_policies: The policies to put side by side.
         progress: Called with (accesses replayed, accesses to replay) over all replays.
+        engine: As :func:`tierload.simulator.run.simulate`'s (``"reference"`` also for MIN).
 
     Returns:
         Every replay and Belady's MIN for the hot tier.
@@ -89,10 +97,11 @@ def compare(trace: Trace, spec: StackSpec, *, hot_policies: Sequence[str] = HOT_
     def shifted(base: int) -> Progress | None:
         return None if progress is None else (lambda done, _length: progress(base + done, total))
 
-    ceiling = min_hits(trace.block, trace.block_bytes, spec.hot_capacity_bytes, trace.node, shifted(0))
-    if stacks:
+    ceiling = min_hits(trace.block, trace.block_bytes, spec.hot_capacity_bytes, trace.node, shifted(0),
+                       engine="reference" if engine == "reference" else "fast")
+    if stacks and engine != "reference":
         _load_replay(trace, stacks[0])
-    rows = [simulate(trace, stack, shifted(len(trace) * (i + 1))) for i, stack in enumerate(stacks)]
+    rows = [simulate(trace, stack, shifted(len(trace) * (i + 1)), engine=engine) for i, stack in enumerate(stacks)]
     working_set = trace.distinct_bytes()
     setup = {"accesses": len(trace), "blocks": int(trace.touched().sum()), "working_set_bytes": working_set,
              "nodes": trace.num_nodes, "jobs": trace.num_jobs,
