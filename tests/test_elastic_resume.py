@@ -138,3 +138,38 @@ def test_states_of_another_dataset_shuffle_or_a_bad_chain_are_refused(make_rank)
         make_rank(0, 3).load_state_dict(worker_state)
     per_rank = math.ceil(COUNT / 2)
     assert state["num_samples"] == per_rank
+
+
+def _epoch_counters(dataset, epoch: int, warm: bool) -> dict:
+    """Summed counters of this dataset's streams of ``epoch``: the warm stream's, or the others'."""
+    dataset_id = dataset.manifest.dataset_id
+    rows = dataset._started_link().call(lambda cache: cache.stream_stats(dataset_id), wait_s=30.0)
+    totals: Counter = Counter()
+    for row in rows:
+        if row["epoch"] == epoch and row["stream_id"].endswith(".warm") == warm and f"/{dataset._stream_owner}" in \
+                row["stream_id"]:
+            totals.update({k: v for k, v in row.items() if k in ("accesses", "hot_hits", "cold_gets")})
+    return totals
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_load_state_dict_has_the_node_cache_fetch_the_new_ranks_first_blocks(make_rank, warm):
+    """Warm resume: after load_state_dict at another world size, before any iteration, the node cache
+    has fetched the resumed rank's first blocks (the warm stream's cold GETs); the epoch's own stream
+    then finds every one of them hot. With warm=False nothing is fetched before the loader asks."""
+    import time
+
+    state = {**make_rank(0, 2).state_dict(), "position": 12}  # rank 0 of 2 after 12 samples (nothing read)
+    resumed = make_rank(1, 4)
+    resumed.load_state_dict(state, warm=warm)
+    expected = len(resumed)  # 19 samples of one block each: fewer than prefetch.depth_blocks
+    deadline = time.monotonic() + 60
+    while warm and _epoch_counters(resumed, 0, True)["cold_gets"] < expected and time.monotonic() < deadline:
+        time.sleep(0.1)  # waiting for the fetches, not timing them
+    before = _epoch_counters(resumed, 0, True)
+    assert before["cold_gets"] == (expected if warm else 0)
+    ids, complete = run_rank(resumed, 0, False, None)
+    assert complete and len(ids) == expected
+    epoch = _epoch_counters(resumed, 0, False)
+    assert epoch["accesses"] == expected
+    assert epoch["hot_hits"] == (expected if warm else 0) and epoch["cold_gets"] == (0 if warm else expected)
