@@ -60,7 +60,7 @@ def main(argv=None) -> None:
     parser.add_argument("--objects", type=int, default=256)
     parser.add_argument("--object-kib", type=int, default=256)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--setup-s", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)

@@ -15,7 +15,8 @@ Within an epoch every sample is yielded exactly once across all ranks and worker
 collective for a batch another rank never gets.
 
 Resuming mid-epoch: :meth:`TieredDataset.state_dict` / :meth:`TieredDataset.load_state_dict`
-(see :mod:`tierload.loader.state`); torchdata's ``StatefulDataLoader`` calls them for you.
+(see :mod:`tierload.loader.state`); torchdata's ``StatefulDataLoader`` calls them for you. One
+rank's state resumes every rank, at any world size (see :mod:`tierload.data.elastic`).
 
 The epoch and a pending resume point live in a small shared-memory block, so DataLoader
 workers see ``set_epoch`` even with ``persistent_workers=True``, and a resume point is used by
@@ -307,7 +308,8 @@ class TieredDataset(IterableDataset):
         """Samples this rank yields per epoch (all workers together; the same on every rank).
 
         A resumed epoch yields only the rest, but its length stays the whole epoch's (as
-        torchdata's ``StatefulDataLoader`` counts steps from the epoch's start).
+        torchdata's ``StatefulDataLoader`` counts steps from the epoch's start); after a resume at
+        another world size it is the per-rank count of the new split (see :meth:`load_state_dict`).
         """
         rank, world = self._rank_world()
         chain = self._chain(self.epoch)
@@ -482,6 +484,9 @@ class TieredDataset(IterableDataset):
         info = get_worker_info()
         self._resume.load_state_dict(state, info, self.batch_size)
         self.seed = int(state["seed"])
+        if self._warm_stream is not None and self._link is not None:
+            close_warm_stream(self._link, self._warm_stream)  # a later load supersedes it
+            self._warm_stream = None
         if warm and info is None and self._link is not None:
             self._warm_stream = self._warm_resume(int(state["epoch"]), int(state["position"]))
 
