@@ -111,3 +111,20 @@ def test_bad_chains_are_refused_with_the_value():
     with pytest.raises(ConfigError, match="not \\[world_size, consumed\\]"):
         as_chain([["a"]])
     assert as_chain([[2, 3], (4, 0)]) == (Segment(2, 3), Segment(4, 0))
+
+
+def test_the_simulators_elastic_trace_of_one_segment_is_the_jobs_epoch():
+    """tierload.simulator.elastic_trace: one segment is job_trace's epoch (same accesses, nodes, order);
+    a resized epoch reads every block, with only a few more accesses (windows cut by the new boundaries)."""
+    from tierload.simulator.elastic_trace import elastic_epoch_trace
+    from tierload.simulator.trace import DatasetShape, JobSpec, job_trace
+
+    shape = DatasetShape.uniform(200, 1024, samples_per_block=8)
+    one = elastic_epoch_trace(shape, [(4, 1.0)], seed=5, shuffle="block", window_blocks=4)
+    job = job_trace(JobSpec(shape, epochs=1, seed=5, world_size=4, shuffle="block", window_blocks=4))
+    assert np.array_equal(one.block, job.block) and np.array_equal(one.node, job.node)
+    resized = elastic_epoch_trace(shape, [(4, 0.5), (3, 1.0)], seed=5, shuffle="block", window_blocks=4)
+    assert set(resized.block.tolist()) == set(range(200))
+    assert len(resized) - len(one) <= 2 * 4 * 4 + 3 * 4  # a few cut windows per rank boundary, not x world
+    with pytest.raises(ConfigError, match="fraction"):
+        elastic_epoch_trace(shape, [(4, 1.5), (2, 1.0)])
