@@ -173,3 +173,13 @@ def test_load_state_dict_has_the_node_cache_fetch_the_new_ranks_first_blocks(mak
     epoch = _epoch_counters(resumed, 0, False)
     assert epoch["accesses"] == expected
     assert epoch["hot_hits"] == (expected if warm else 0) and epoch["cold_gets"] == (0 if warm else expected)
+
+
+def test_a_loader_state_loaded_into_a_new_loader_at_another_world_size_says_what_to_do(make_rank):
+    """torchdata hands each worker its own state on loader.load_state_dict(); at another world size one
+    worker cannot know what the others yielded, so the worker refuses, naming the way that works."""
+    _, state = run_rank(make_rank(0, 2), 2, True, 3)
+    loader = StatefulDataLoader(make_rank(0, 3), batch_size=BATCH, num_workers=2, collate_fn=collate)
+    loader.load_state_dict(state)
+    with pytest.raises(ConfigError, match=r"dataset.load_state_dict\(loader_state\)"):
+        next(iter(loader))
