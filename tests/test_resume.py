@@ -139,13 +139,15 @@ def test_resume_point_is_used_once_then_every_epoch_is_whole(dataset_factory, pe
     assert again == orders[1]
 
 
-def test_state_of_another_dataset_or_rank_is_refused(dataset_factory):
+def test_state_of_another_dataset_or_order_is_refused(dataset_factory):
+    """Another rank or world size resumes (elastic: tests/test_elastic_resume.py); other contents or
+    another order setting does not."""
     from tierload.errors import ConfigError
 
     state = dataset_factory().state_dict()
-    other_rank = dataset_factory(rank=1, world_size=2)
-    with pytest.raises(ConfigError, match="rank=0"):
-        other_rank.load_state_dict(state)
+    other_order = dataset_factory(rank=1, world_size=2, drop_last=True)
+    with pytest.raises(ConfigError, match="drop_last=False"):
+        other_order.load_state_dict(state)
     with pytest.raises(ConfigError, match="different dataset contents"):
         dataset_factory().load_state_dict({**state, "dataset_id": "0" * 24})
     with pytest.raises(ConfigError, match="not a TieredDataset state"):

@@ -15,7 +15,8 @@ Within an epoch every sample is yielded exactly once across all ranks and worker
 collective for a batch another rank never gets.
 
 Resuming mid-epoch: :meth:`TieredDataset.state_dict` / :meth:`TieredDataset.load_state_dict`
-(see :mod:`tierload.loader.state`); torchdata's ``StatefulDataLoader`` calls them for you.
+(see :mod:`tierload.loader.state`); torchdata's ``StatefulDataLoader`` calls them for you. One
+rank's state resumes every rank, at any world size (see :mod:`tierload.data.elastic`).
 
 The epoch and a pending resume point live in a small shared-memory block, so DataLoader
 workers see ``set_epoch`` even with ``persistent_workers=True``, and a resume point is used by
@@ -38,6 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tierload.config.loading import load_config
 from tierload.config.models import TierloadConfig
 from tierload.config.tier_dirs import check_source_apart
+from tierload.data.elastic import Segment, remaining_order, segment_rank_count
 from tierload.data.layouts.base import BlockDecoder
 from tierload.data.manifest import Manifest, cache_path, load_manifest, open_manifest
 from tierload.data.order import (
@@ -58,7 +60,16 @@ from tierload.loader.gpu import DeviceOutput
 from tierload.loader.rank_agreement import check_ranks_agree
 from tierload.loader.resume import ResumeTracker
 from tierload.loader.stall import StallMeter, report_epoch, report_progress
-from tierload.loader.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
+from tierload.loader.state import (
+    STATE_FORMAT,
+    STATE_VERSION,
+    check_state,
+    from_loader_state,
+    is_loader_state,
+    rebased,
+    state_chain,
+)
+from tierload.loader.warm_resume import WARM_SUFFIX, close_warm_stream, open_warm_stream
 from tierload.stores.cold.location import ColdLocation, canonical_url
 from tierload.stores.cold.source import ColdSource
 from tierload.wire.messages import Endpoint, StreamPlan
@@ -153,6 +164,10 @@ class TieredDataset(IterableDataset):
         self._explicit_rank = (rank, world_size) if world_size is not None and rank is not None else None
         self._captured_rank = (0, 1)
         self._resume = ResumeTracker()
+        # (epoch, segments run before at other world sizes): set by an elastic load_state_dict
+        # (see tierload.data.elastic); that epoch's order is what they left.
+        self._segments: tuple[int, tuple[Segment, ...]] = (-1, ())
+        self._warm_stream: str | None = None  # opened by load_state_dict, closed when the epoch's stream opens
         # What this process's readers did: direct hot reads, misses, reconnects to a restarted
         # node cache, blocks read without it, streams reopened.
         self.consumer_stats: Counter = Counter()
@@ -293,17 +308,34 @@ class TieredDataset(IterableDataset):
         """Samples this rank yields per epoch (all workers together; the same on every rank).
 
         A resumed epoch yields only the rest, but its length stays the whole epoch's (as
-        torchdata's ``StatefulDataLoader`` counts steps from the epoch's start).
+        torchdata's ``StatefulDataLoader`` counts steps from the epoch's start); after a resume at
+        another world size it is the per-rank count of the new split (see :meth:`load_state_dict`).
         """
         rank, world = self._rank_world()
-        return samples_per_rank(self.manifest.num_samples, world, self.drop_last)
+        chain = self._chain(self.epoch)
+        if chain:  # an elastic resume: this epoch is what earlier segments left, split over this world size
+            return segment_rank_count(self._epoch_samples(), chain, world, self.drop_last)
+        return samples_per_rank(self._epoch_samples(), world, self.drop_last)
+
+    def _epoch_samples(self) -> int:
+        """Samples in one epoch's global order."""
+        return self.manifest.num_samples
+
+    def _chain(self, epoch: int) -> tuple[Segment, ...]:
+        """Segments of ``epoch`` run before an elastic resume (empty for any other epoch)."""
+        return self._segments[1] if self._segments[0] == epoch else ()
+
+    def global_order(self, epoch: int) -> np.ndarray:
+        """int64 (samples per epoch,): the epoch's sample ids over all ranks, in order, before any split."""
+        return epoch_order(self.manifest.sample_block, seed=self.seed, epoch=epoch, shuffle=self._shuffle_mode(),
+                           window_blocks=self.window_blocks)
 
     # ------------------------------------------------------------------ iteration
     def rank_order(self, epoch: int | None = None) -> np.ndarray:
         """int64 sample indices this rank yields in ``epoch`` (default: the current one), in order."""
         rank, world = self._rank_world()
-        order = epoch_order(self.manifest.sample_block, seed=self.seed, epoch=self.epoch if epoch is None else epoch,
-                            shuffle=self._shuffle_mode(), window_blocks=self.window_blocks)
+        epoch = self.epoch if epoch is None else epoch
+        order = remaining_order(self.global_order(epoch), self._chain(epoch), self.drop_last)
         return rank_slice(order, rank=rank, world_size=world, drop_last=self.drop_last)
 
     def _reuse_gap(self) -> int:
@@ -336,9 +368,15 @@ class TieredDataset(IterableDataset):
                      plan: Callable[[], StreamPlan]) -> None:
         """Join this iteration's stream on the node cache (see :func:`tierload.loader.dataset_link.join_stream`)."""
         join_stream(link, stream_id, worker, workers, plan, self._register)
+        if self._warm_stream is not None:  # the epoch's own stream holds the warmed blocks now
+            close_warm_stream(link, self._warm_stream)
+            self._warm_stream = None
 
     def _direct_source(self) -> DirectSource:
         return DirectSource(self.config, self._cold, {block.key: block for block in self.manifest.blocks})
+
+    def _stream_prefix(self, epoch: int, rank: int, world: int) -> str:
+        return f"{self.manifest.dataset_id}/s{self.seed}/e{epoch}/r{rank}of{world}/{self._stream_owner}"
 
     def _epoch_context(self) -> EpochContext:
         """The current epoch of this rank, as the epoch reader is handed it."""
@@ -351,7 +389,7 @@ class TieredDataset(IterableDataset):
             self._decoder = manifest.decoder(self.config.manifest.label_column, self.columns)
         return EpochContext(
             epoch=epoch, rank=rank, world=world, order=self.rank_order(epoch), batch_size=self.batch_size,
-            stream_prefix=f"{manifest.dataset_id}/s{self.seed}/e{epoch}/r{rank}of{world}/{self._stream_owner}",
+            stream_prefix=self._stream_prefix(epoch, rank, world),
             manifest=manifest, link=link, decoder=self._decoder, output=self._output, transform=self.transform,
             keep_decoded=1 if self._reuse_gap() == 1 else self.window_blocks + 2,
             report_every=max(1, min(32, self.config.prefetch.depth_blocks // 4)), resume=self._resume,
@@ -382,7 +420,9 @@ class TieredDataset(IterableDataset):
     def _state_base(self) -> dict[str, Any]:
         rank, world = self._rank_world()
         return {"format": STATE_FORMAT, "version": STATE_VERSION, "dataset_id": self.manifest.dataset_id,
-                "num_samples": len(self), "seed": self.seed, "shuffle": self._shuffle_mode(),
+                "num_samples": len(self), "dataset_samples": self._epoch_samples(),
+                "chain": [[s.world_size, s.consumed] for s in self._chain(self.epoch)], "seed": self.seed,
+                "shuffle": self._shuffle_mode(),
                 "window_blocks": self.window_blocks, "rank": rank, "world_size": world,
                 "drop_last": self.drop_last, "batch_size": self.batch_size}
 
@@ -408,7 +448,7 @@ class TieredDataset(IterableDataset):
         """
         return self._resume.state_dict(self._state_base(), get_worker_info(), self.batch_size, batches_consumed)
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], *, warm: bool = True) -> None:
         """Resume from ``state``: the next iteration yields exactly the samples not yet consumed.
 
         Accepts a state from :meth:`state_dict` or a whole torchdata
@@ -416,20 +456,47 @@ class TieredDataset(IterableDataset):
         may have any ``num_workers``). Sets the epoch and seed from the state. Call it before
         the DataLoader starts its workers; the point is used by one iteration only.
 
+        Elastic: the state of any one rank (rank 0's, as users save it) resumes every rank, at
+        any world size. At another world size the saved segment joins the state's chain and the
+        new ranks split what it left (see :mod:`tierload.data.elastic`); the resumed epoch then
+        has ``len(self)`` of that split. A state saved after an elastic resume resumes again.
+
+        Args:
+            state: As above.
+            warm: In the main process of a started dataset, have the node cache fetch this rank's
+                first blocks of the resumed epoch now, before the first step (see
+                :mod:`tierload.loader.warm_resume`).
+
         Raises:
-            ConfigError: The state does not belong to this dataset (different contents, rank,
-                world size, shuffle or drop_last), or is a single worker's state loaded outside
-                that worker.
+            ConfigError: The state does not belong to this dataset (different contents, sample
+                count, shuffle, window_blocks or drop_last), or is a single worker's state loaded
+                outside that worker or at another world size.
         """
         if is_loader_state(state):
             state = from_loader_state(state, self.batch_size)
         rank, world = self._rank_world()
-        expected = {"dataset_id": self.manifest.dataset_id, "num_samples": len(self), "rank": rank,
-                    "world_size": world, "shuffle": self._shuffle_mode(), "window_blocks": self.window_blocks,
-                    "drop_last": self.drop_last}
+        expected = {"dataset_id": self.manifest.dataset_id, "dataset_samples": self._epoch_samples(),
+                    "shuffle": self._shuffle_mode(), "window_blocks": self.window_blocks, "drop_last": self.drop_last}
         check_state(state, expected)
-        self._resume.load_state_dict(state, get_worker_info(), self.batch_size)
+        if int(state["world_size"]) != world:
+            state = rebased(state, rank, world, self._epoch_samples())
+        self._segments = (int(state["epoch"]), state_chain(state))
+        info = get_worker_info()
+        self._resume.load_state_dict(state, info, self.batch_size)
         self.seed = int(state["seed"])
+        if self._warm_stream is not None and self._link is not None:
+            close_warm_stream(self._link, self._warm_stream)  # a later load supersedes it
+            self._warm_stream = None
+        if warm and info is None and self._link is not None:
+            self._warm_stream = self._warm_resume(int(state["epoch"]), int(state["position"]))
+
+    def _warm_resume(self, epoch: int, position: int) -> str | None:
+        """Have the node cache fetch this rank's first blocks of ``epoch`` from ``position`` on, now."""
+        assert self._link is not None, "called on a started dataset"
+        rank, world = self._rank_world()
+        plan = self._plan(epoch, self.rank_order(epoch)[position:], 0, rank, world)
+        stream_id = f"{self._stream_prefix(epoch, rank, world)}{WARM_SUFFIX}"
+        return open_warm_stream(self._link, stream_id, plan, self.config.prefetch.depth_blocks)
 
     # ------------------------------------------------------------------- stats
     def stall_stats(self) -> dict[str, Any]:
