@@ -73,12 +73,13 @@ def test_the_node_cache_plans_the_mixture_as_one_stream(bucket, s3, tier_config,
     try:
         manifest = dataset.manifest
         dataset._link.call(lambda cache: cache.record_trace(True))
-        epochs, hot_ratios = 3, []
+        epochs, hot_hits, accesses = 3, [], []
         for epoch in range(epochs):
             dataset.set_epoch(epoch)
             assert sum(len(batch) for batch in DataLoader(dataset, batch_size=6, collate_fn=list)) == 90
             stats = dataset.epoch_stats(epoch)
-            hot_ratios.append(stats["hot_hits"] / stats["accesses"])
+            hot_hits.append(stats["hot_hits"])
+            accesses.append(stats["accesses"])
         recorded = dataset._link.call(lambda cache: cache.record_trace(False))
         index = {block.key: i for i, block in enumerate(manifest.blocks)}
         live = np.array([index[key] for key, _, _ in recorded])
@@ -86,8 +87,10 @@ def test_the_node_cache_plans_the_mixture_as_one_stream(bucket, s3, tier_config,
                  for i, part in enumerate(dataset._sources.parts)]
         simulated = fast_job_trace(JobSpec(DatasetShape.mixed(parts, (0.7, 0.3)), epochs=epochs, seed=4))
         assert np.array_equal(live, simulated.block)  # the live stream is the mixed order, access for access
-        mins = dataset_min_hit_ratios(dataset, epochs, hot)
-        assert all(h <= m + 1e-9 for h, m in zip(hot_ratios, mins, strict=True)), (hot_ratios, mins)
-        assert hot_ratios[-1] > 0  # one budget across both sources: the planner keeps blocks of each for reuse
+        # MIN is optimal over the whole trace (an epoch alone may see a hit MIN takes in the next one)
+        min_hits = sum(ratio * count for ratio, count in zip(dataset_min_hit_ratios(dataset, epochs, hot), accesses,
+                                                              strict=True))
+        assert sum(hot_hits) <= min_hits + 1e-6, (hot_hits, min_hits)
+        assert hot_hits[-1] > 0  # one budget across both sources: the planner keeps blocks for their reuse
     finally:
         stop_actors(dataset.config)

@@ -93,9 +93,9 @@ def _run_mixture(quick: bool, out_dir: str, given: dict) -> None:
               "1,281,167-key listing through start-up, and worker memory at 2 M keys. tokens: 64 x 32 MiB "
               "uint16 token files (2 GiB) on the emulated S3 as windows of --seq-len + 1 tokens: tierload, a "
               "memory-mapped local loader and LitData's TokensLoader. With --quick, a 2,000-object smoke variant "
-              "of each (tokens: 4 x 1 MiB). mixture: TieredDataset over two sources (1,400 + 600 x 64 KiB) "
+              "of each (tokens: 4 x 1 MiB). mixture: TieredDataset over two sources (1,000 + 1,000 x 64 KiB) "
               "weighted 70/30 on the emulated S3, hot tier --hot-fraction: samples/s, hot hit vs MIN, S3 bytes "
-              "(--quick: 280 + 120 x 16 KiB).")
+              "(--quick: 200 + 200 x 16 KiB).")
 @click.option("--token-files", type=click.IntRange(1), help="tokens: files [64].")
 @click.option("--file-tokens", type=click.IntRange(1), help="tokens: uint16 tokens per file [16777216].")
 @click.option("--seq-len", type=click.IntRange(1), help="tokens: tokens per window minus one [2048].")

@@ -4,8 +4,9 @@
 is a dict: ``sources`` (``[{"url", "weight"}, ...]``), ``storage_options``, ``endpoint_url``,
 ``epochs``, ``batch_size``, ``num_workers``, ``hot_bytes``, ``seed``, ``workdir``.
 
-Per epoch: samples/s (the loop does no other work), samples per source, the node's hot hit
-ratio, Belady's MIN on the same accesses at the same capacity
+Per epoch: samples/s (the loop does no other work), samples per source, the node's accesses and
+hot hits and its hot hit ratio, Belady's MIN on the same accesses at the same capacity (optimal
+over the whole run: one epoch alone may see a hit MIN takes in the next)
 (:func:`tierload_tools.bench.belady.dataset_min_hit_ratios`), and the emulated S3's GETs and bytes.
 """
 
@@ -68,6 +69,7 @@ def tierload_mixture(setup: dict[str, Any], watch: MemoryWatch) -> dict[str, Any
             row = {"epoch": epoch, "samples": samples, "seconds": seconds,
                    "samples_per_s": samples / seconds if seconds else 0.0,
                    "per_source": {str(k): v for k, v in sorted(per_source.items())},
+                   "accesses": int(stats.get("accesses", 0)), "hot_hits": int(stats.get("hot_hits", 0)),
                    "hot_hit_ratio": hit_ratios(stats)["hot"], "min_hit_ratio": mins[epoch],
                    "s3_gets": delta.get("get_requests", 0), "s3_bytes": delta.get("get_bytes", 0)}
             rows.append(row)

@@ -1,7 +1,8 @@
 """Run the mixture workload (issue 22, item 6) and report it.
 
 Two sources of raw files in one stored bucket on the emulated S3 (latency and bandwidth caps as
-the default workload's): ``web`` and ``code``, mixed ``weights`` (70/30), read by
+the default workload's): ``web`` and ``code``, of equal size by default, mixed ``weights`` (70/30),
+so ``web`` wraps into its next pass within an epoch and ``code`` finishes its pass over epochs; read by
 ``TieredDataset([Source(web, 0.7), Source(code, 0.3)])`` with a hot tier of ``hot_fraction`` of
 both sources' bytes and no warm tier, for ``epochs`` epochs (see
 :mod:`tierload_tools.bench.mixture.contender` for what each epoch measures).
@@ -41,8 +42,8 @@ class MixtureOptions:
         seed: Bodies' and shuffle seed.
     """
 
-    web_files: int = 1400
-    code_files: int = 600
+    web_files: int = 1000
+    code_files: int = 1000
     object_kib: int = 64
     weights: tuple[float, float] = (0.7, 0.3)
     epochs: int = 3
@@ -67,8 +68,8 @@ class MixtureOptions:
 
     @classmethod
     def quick(cls) -> "MixtureOptions":
-        """The CI smoke size: 280 + 120 objects of 16 KiB, 2 epochs."""
-        return cls(web_files=280, code_files=120, object_kib=16, epochs=2)
+        """The CI smoke size: 200 + 200 objects of 16 KiB, 2 epochs."""
+        return cls(web_files=200, code_files=200, object_kib=16, epochs=2)
 
 
 def _bucket(options: MixtureOptions, root: Path) -> Path:
