@@ -168,3 +168,19 @@ def test_curriculum_change_resumed_mid_epoch_keeps_passes_whole(sources, mixture
     stream1 = [x for s, x in consumed + rest + epoch1 if s == 1]
     for start in range(0, 60, LINES):
         assert sorted(stream1[start:start + LINES]) == list(range(LINES))
+
+
+def test_a_state_is_refused_under_other_weights_for_its_epoch(sources, mixtures):
+    from tierload.errors import ConfigError
+
+    two = [Source(sources[0].url, 0.5, "files", storage_options=sources[0].storage_options),
+           Source(sources[1].url, 0.5, "jsonl")]
+    first = mixtures(two, batch_size=4)
+    loader = iter(DataLoader(first, batch_size=4, num_workers=0, collate_fn=list))
+    next(loader)
+    state = first.state_dict()
+    assert state["mixture_counts"] == [50, 50]
+    changed = [Source(sources[0].url, 0.6, "files", storage_options=sources[0].storage_options),
+               Source(sources[1].url, 0.4, "jsonl")]
+    with pytest.raises(ConfigError, match=r"\[50, 50\].*\[60, 40\].*curriculum"):
+        mixtures(changed, batch_size=4).load_state_dict(state)

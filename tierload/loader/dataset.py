@@ -315,8 +315,9 @@ class TieredDataset(IterableDataset):
         return self._captured_rank
 
     def _shuffle_mode(self) -> str:
-        if self._started_mixture() is not None:
-            return "mixture:" + ",".join(self._started_mixture().shuffles)  # type: ignore[union-attr]
+        mixture = self._started_mixture()
+        if mixture is not None:
+            return "mixture:" + ",".join(mixture.shuffles)
         return resolve_shuffle(self.shuffle, self.manifest.num_samples, len(self.manifest.blocks))
 
     def __len__(self) -> int:
@@ -432,7 +433,10 @@ class TieredDataset(IterableDataset):
     # ------------------------------------------------------------------- state
     def _state_base(self) -> dict[str, Any]:
         rank, world = self._rank_world()
-        return {"format": STATE_FORMAT, "version": STATE_VERSION, "dataset_id": self.manifest.dataset_id,
+        mixture = self._started_mixture()
+        # A mixture's state names its epoch's counts per source: other weights mean another order.
+        counts = {"mixture_counts": mixture.counts(self.epoch).tolist()} if mixture is not None else {}
+        return {**counts, "format": STATE_FORMAT, "version": STATE_VERSION, "dataset_id": self.manifest.dataset_id,
                 "num_samples": len(self), "seed": self.seed, "shuffle": self._shuffle_mode(),
                 "window_blocks": self.window_blocks, "rank": rank, "world_size": world,
                 "drop_last": self.drop_last, "batch_size": self.batch_size}
@@ -479,6 +483,13 @@ class TieredDataset(IterableDataset):
                     "world_size": world, "shuffle": self._shuffle_mode(), "window_blocks": self.window_blocks,
                     "drop_last": self.drop_last}
         check_state(state, expected)
+        mixture = self._started_mixture()
+        if mixture is not None and "mixture_counts" in state:
+            counts = mixture.counts(int(state["epoch"])).tolist()
+            if list(state["mixture_counts"]) != counts:
+                raise ConfigError(f"the state was saved when epoch {state['epoch']} drew {state['mixture_counts']} "
+                                  f"samples per source, these weights draw {counts}; resume with the weights of the "
+                                  "saved epoch and change them from a later one (curriculum={epoch: weights})")
         self._resume.load_state_dict(state, get_worker_info(), self.batch_size)
         self.seed = int(state["seed"])
 

@@ -86,7 +86,7 @@ def is_mixture(url: Any) -> bool:
 
 def sources_of(spec: Sequence[Source | Mapping[str, Any]], layout: str | None = None,
                columns: Sequence[str] | None = None) -> tuple[Source, ...]:
-    """``Source`` objects from a list of them or of dicts (``{"url": ..., "weight": ...}``).
+    """``Source`` objects from a list of them, of dicts (``{"url": ..., "weight": ...}``) or of URLs (weight 1).
 
     ``layout`` and ``columns`` (``TieredDataset``'s) apply to the sources that name none.
 
@@ -98,6 +98,8 @@ def sources_of(spec: Sequence[Source | Mapping[str, Any]], layout: str | None = 
     for index, entry in enumerate(spec):
         if isinstance(entry, Source):
             sources.append(entry)
+        elif isinstance(entry, str):
+            sources.append(Source(entry))
         elif isinstance(entry, Mapping):
             try:
                 sources.append(Source(**entry))
