@@ -2,8 +2,9 @@
 
 The public API::
 
-    from tierload import TieredDataset, load_config
+    from tierload import Source, TieredDataset, load_config
     dataset = TieredDataset("s3://bucket/train", load_config("configs/default.yaml"), batch_size=64)
+    mixture = TieredDataset([Source("s3://bucket/web", weight=0.7), Source("s3://bucket/code", weight=0.3)])
 """
 
 from tierload.config.loading import load_config
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 # torch is imported only when the dataset is used: actors and the CLI start without it.
 _LAZY = {
+    "Source": "tierload.loader.mixture_sources",
     "TieredDataset": "tierload.loader.dataset",
     "collate": "tierload.loader.collation",
     "watch": "tierload.loader.stall",
@@ -49,6 +51,7 @@ __all__ = [
     "IntegrityError",
     "ManifestError",
     "ServiceError",
+    "Source",
     "SourceChangedError",
     "SourceNotFoundError",
     "TieredDataset",

@@ -110,6 +110,10 @@ def validate(file: str) -> None:
               help="Number of blocks, a dataset URL (s3://bucket/prefix: block count and sizes from its "
                    "manifest, listed with FILE's cold settings and cached), or a manifest file (tierload's "
                    "cached manifest: .arrow, or JSON).")
+@click.option("--mix", "mix", multiple=True, metavar="DATASET=WEIGHT",
+              help="A weighted mixture instead of --dataset: repeat for each source (DATASET as --dataset "
+                   "takes it, e.g. --mix s3://b/web=0.7 --mix s3://b/code=0.3); the mixed order is the one "
+                   "TieredDataset([Source(...), ...]) reads (docs/mixtures.md).")
 @click.option("--layout", default=None, help="Layout of a --dataset URL [default: manifest.layout of FILE].")
 @click.option("--block-size", default="1MiB", show_default=True, help="Size of each block (mean, with --size-spread).")
 @click.option("--size-spread", default=0.0, show_default=True, type=click.FloatRange(0, 5),
@@ -152,7 +156,8 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
              stagger: float, shuffle: str, window_blocks: int, hot_capacity, warm_capacity, hot_policies: str | None,
              warm_policies: str | None, save_trace: str | None, as_json: bool, layout: str | None = None,
              workers: int | None = None, batch_size: int | None = None, sweep_text: str | None = None,
-             plot: str | None = None, processes: int | None = None, drop_last: bool = False) -> None:
+             plot: str | None = None, processes: int | None = None, drop_last: bool = False,
+             mix: tuple[str, ...] = ()) -> None:
     """Replay an access trace through the policies of FILE and all others, side by side.
 
     Without --trace, the trace is the one TieredDataset would read with these settings.
@@ -172,7 +177,7 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
         from tqdm import tqdm
 
         from tierload.cli.replay_engine import choose_engine
-        from tierload.simulator.dataset_source import dataset_shape
+        from tierload.simulator.dataset_source import dataset_shape, mixed_shape
         from tierload.simulator.fast.tracegen import fast_job_trace
         from tierload.simulator.report import compare, format_table, replayed_accesses, to_json
         from tierload.simulator.stack import StackSpec
@@ -184,8 +189,11 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
             trace = read_trace(trace_file, block_bytes=block_bytes)
             run_epochs = int(trace.epoch.max()) + 1 if len(trace) else 1
         else:
-            shape = dataset_shape(dataset, config, block_bytes=block_bytes, size_spread=size_spread,
-                                  samples_per_block=samples_per_block, seed=seed, layout=layout)
+            def shape_of(name: str):
+                return dataset_shape(name, config, block_bytes=block_bytes, size_spread=size_spread,
+                                     samples_per_block=samples_per_block, seed=seed, layout=layout)
+
+            shape = mixed_shape(mix, shape_of, shuffle, window_blocks) if mix else shape_of(dataset)
             trace = fast_job_trace([JobSpec(shape, epochs=epochs, seed=seed + j, world_size=world_size, nodes=nodes,
                                             shuffle=shuffle, window_blocks=window_blocks, drop_last=drop_last,
                                             start=j * stagger)
@@ -201,7 +209,8 @@ def simulate(file: str, trace_file: str | None, dataset: str, block_size: str, s
         if sweep_text:
             from tierload.cli.policy_sweep import run_sweep_command
 
-            source = trace_file or (f"{int(dataset):,} blocks" if dataset.isdigit() else dataset)
+            source = trace_file or (" + ".join(mix) if mix else
+                                    f"{int(dataset):,} blocks" if dataset.isdigit() else dataset)
             title = (f"{source}: {run_epochs} epoch(s), "
                      f"{max(trace.num_nodes, 1)} node(s)")
             run_sweep_command(trace, spec, config, sweep_text, hot_names=hot_names, warm_names=warm_names,

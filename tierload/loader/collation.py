@@ -52,16 +52,19 @@ def collate_values(values: Sequence[Any]) -> Any:
     return list(values)
 
 
-def collate(batch: Sequence[tuple[Any, int]]) -> tuple[Any, torch.Tensor]:
+def collate(batch: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
     """Turn a list of ``(sample, label)`` pairs into ``(samples, labels)``.
 
     Args:
-        batch: What a DataLoader hands to ``collate_fn``: ``[(sample, label), ...]``.
+        batch: What a DataLoader hands to ``collate_fn``: ``[(sample, label), ...]``, or a
+            mixture's ``[(sample, label, source), ...]``.
 
     Returns:
         ``(samples, labels)``: samples collated by :func:`collate_values`; labels an int64
-        tensor of shape (batch,).
+        tensor of shape (batch,); a mixture's batch adds ``sources``, int64 (batch,).
     """
     samples = [item[0] for item in batch]
     labels = torch.tensor([int(item[1]) for item in batch], dtype=torch.int64)
+    if batch and len(batch[0]) == 3:  # a mixture's (sample, label, source)
+        return collate_values(samples), labels, torch.tensor([int(item[2]) for item in batch], dtype=torch.int64)
     return collate_values(samples), labels

@@ -30,7 +30,7 @@ import secrets
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ from tierload.config.tier_dirs import check_source_apart
 from tierload.data.elastic import Segment, remaining_order, segment_rank_count
 from tierload.data.layouts.base import BlockDecoder
 from tierload.data.manifest import Manifest, cache_path, load_manifest, open_manifest
+from tierload.data.mixture import Mixture
 from tierload.data.order import (
     epoch_order,
     rank_slice,
@@ -57,6 +58,7 @@ from tierload.loader.dataset_args import check_arguments, check_loader_batch, co
 from tierload.loader.dataset_link import join_stream, register_dataset
 from tierload.loader.epoch_reader import EpochContext, EpochReader
 from tierload.loader.gpu import DeviceOutput
+from tierload.loader.mixture_sources import MixtureSources, Source, is_mixture, sources_of
 from tierload.loader.rank_agreement import check_ranks_agree
 from tierload.loader.resume import ResumeTracker
 from tierload.loader.stall import StallMeter, report_epoch, report_progress
@@ -82,7 +84,11 @@ class TieredDataset(IterableDataset):
 
     Args:
         url: Dataset prefix, e.g. ``s3://bucket/train``: image folders, Parquet files, WebDataset
-            tar shards, ``.npy`` files, token files (``layout="tokens"``), or raw files.
+            tar shards, ``.npy`` files, token files (``layout="tokens"``), or raw files. Or a
+            weighted mixture: a list of :class:`~tierload.loader.mixture_sources.Source` (or of
+            dicts with its fields), e.g. ``[Source("s3://b/web", weight=0.7), Source("s3://b/code",
+            weight=0.3, layout="jsonl")]``; samples are then ``(sample, label, source_index)``
+            (see :mod:`tierload.data.mixture` and ``docs/mixtures.md`` for the exact semantics).
         config: A :class:`TierloadConfig`, a mapping, a YAML path, or None (embedded defaults).
         shuffle: True (sample-level shuffle, or block-aware for multi-sample blocks), False,
             or one of ``"sample"``, ``"block"``, ``"none"``.
@@ -110,6 +116,10 @@ class TieredDataset(IterableDataset):
         device: Where tensors are returned, e.g. ``"cuda"`` (see :mod:`tierload.loader.gpu`: kvikio/GDS
             when available, else pinned memory and an async copy). Applies when the dataset is
             iterated in the main process; DataLoader workers return host tensors.
+        epoch_samples: A mixture's samples per epoch (None: its positively weighted sources'
+            sizes, summed).
+        curriculum: A mixture's weights from a given epoch on: ``{epoch: [w0, w1, ...]}``; each
+            source's passes stay continuous across a change (see :mod:`tierload.data.mixture`).
         lazy: Do not start now; call :meth:`start` yourself before iterating. By default the
             constructor starts (lists, connects to Ray, starts the node cache), because PyTorch
             forks DataLoader workers without any hook in the parent process.
@@ -131,14 +141,18 @@ class TieredDataset(IterableDataset):
             (every rank raises; see :mod:`tierload.loader.rank_agreement`).
     """
 
-    def __init__(self, url: str, config: TierloadConfig | Mapping[str, Any] | str | None = None, *,
+    def __init__(self, url: str | Sequence[Source | Mapping[str, Any]],
+                 config: TierloadConfig | Mapping[str, Any] | str | None = None, *,
                  shuffle: bool | str = True, seed: int = 0, transform: Callable | None = None,
                  batch_size: int | None = None, drop_last: bool = False, rank: int | None = None,
                  world_size: int | None = None, layout: str | None = None, columns: list[str] | None = None,
                  window_blocks: int = 8, refresh_manifest: bool = False, endpoint_url: str | None = None,
                  storage_options: Mapping[str, Any] | None = None, address: str | None = None,
-                 device: str | torch.device | None = None, lazy: bool = False) -> None:
+                 device: str | torch.device | None = None, epoch_samples: int | None = None,
+                 curriculum: Mapping[int, Sequence[float]] | None = None, lazy: bool = False) -> None:
         super().__init__()
+        sources = sources_of(cast(Sequence, url), layout, columns) if is_mixture(url) else None
+        url = sources[0].url if sources else cast(str, url)
         shuffle = check_arguments(url, shuffle, batch_size, layout, rank, world_size, window_blocks)
         try:
             self.seed = int(seed)
@@ -150,8 +164,15 @@ class TieredDataset(IterableDataset):
             raise ConfigError(f"device={device!r} is not a torch device: {exc}") from None
         self.config = load_config(config, overrides=config_overrides(endpoint_url, storage_options, address))
         self.url = canonical_url(url)  # s3a://, doubled or trailing slashes: one dataset, one manifest
-        check_source_apart(self.url, {"hot.dir": self.config.hot.dir, "warm.url": self.config.warm.url,
-                                      "manifest.cache_dir": self.config.manifest.cache_dir})
+        for source_url in [source.url for source in sources] if sources else [self.url]:
+            check_source_apart(source_url, {"hot.dir": self.config.hot.dir, "warm.url": self.config.warm.url,
+                                            "manifest.cache_dir": self.config.manifest.cache_dir})
+        # A mixture of sources (None: one dataset): its sources' manifests, and its order's arithmetic.
+        self._sources = MixtureSources(sources, self.config) if sources else None
+        self._mixture: Mixture | None = None
+        self._mixture_args = (epoch_samples, dict(curriculum) if curriculum else None)
+        if self._sources is not None:
+            self.url = self._sources.url
         self.shuffle = shuffle
         self.transform = transform
         self.batch_size = batch_size
@@ -184,7 +205,7 @@ class TieredDataset(IterableDataset):
         self._link: NodeLink | None = None
         self._decoder: BlockDecoder | None = None
         # Resolved once, here: workers and actors get exactly these options, whatever their environment.
-        self._cold = ColdLocation.resolve(self.url, self.config.cold)
+        self._cold = self._sources.colds[0] if self._sources else ColdLocation.resolve(self.url, self.config.cold)
         if not lazy:
             self.start()
 
@@ -200,13 +221,17 @@ class TieredDataset(IterableDataset):
         from tierload.deploy.keeper import attach_node_cache
 
         source = ColdSource(self._cold, self.config.cold)
-        previous = self._cached_keys(source) if self.refresh_manifest else set()
+        previous = self._cached_keys(source) if self.refresh_manifest and self._sources is None else set()
         settings = manifest_settings(self.config)
-        listed = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
-        # With columns=, a layout that fetches columns apart reads only theirs (its own block keys).
-        self._manifest = listed.projected(self.columns, settings.label_column)
-        # The node cache maps the cached file when it holds these blocks; a projection's are sent.
-        self._manifest_path = cache_path(source, settings, self.layout) if self._manifest is listed else None
+        if self._sources is not None:
+            self._manifest = self._sources.load(self.refresh_manifest)
+            self._mixture = self._sources.mixture(self.shuffle, self.window_blocks, *self._mixture_args)
+        else:
+            listed = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
+            # With columns=, a layout that fetches columns apart reads only theirs (its own block keys).
+            self._manifest = listed.projected(self.columns, settings.label_column)
+            # The node cache maps the cached file when it holds these blocks; a projection's are sent.
+            self._manifest_path = cache_path(source, settings, self.layout) if self._manifest is listed else None
         self._agree_across_ranks()  # before Ray: ranks that disagree stop here, all of them
         if self.shuffle == "sample" and self._manifest.num_packs:
             log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
@@ -245,6 +270,9 @@ class TieredDataset(IterableDataset):
     def _register(self, link: NodeLink | None = None) -> None:
         client = link or self._link
         assert client is not None and self._manifest is not None, "start() sets both"
+        if self._sources is not None:
+            self._sources.register(client, self._manifest)
+            return
         register_dataset(client, self._manifest, self._manifest_path, self._cold)
 
     def __getstate__(self):
@@ -302,6 +330,9 @@ class TieredDataset(IterableDataset):
         return self._captured_rank
 
     def _shuffle_mode(self) -> str:
+        mixture = self._started_mixture()
+        if mixture is not None:
+            return "mixture:" + ",".join(mixture.shuffles)
         return resolve_shuffle(self.shuffle, self.manifest.num_samples, len(self.manifest.blocks))
 
     def __len__(self) -> int:
@@ -317,16 +348,29 @@ class TieredDataset(IterableDataset):
             return segment_rank_count(self._epoch_samples(), chain, world, self.drop_last)
         return samples_per_rank(self._epoch_samples(), world, self.drop_last)
 
-    def _epoch_samples(self) -> int:
-        """Samples in one epoch's global order."""
+    def _epoch_samples(self, epoch: int | None = None) -> int:
+        """Samples in one epoch's global order (default: the current epoch's)."""
+        mixture = self._started_mixture()
+        if mixture is not None:
+            return mixture.samples_per_epoch(self.epoch if epoch is None else epoch)
         return self.manifest.num_samples
+
+    def _started_mixture(self) -> Mixture | None:
+        """The mixture's order arithmetic (None: one dataset); starts the dataset if needed."""
+        if self._sources is not None and self._mixture is None:
+            self.start()
+        return self._mixture
 
     def _chain(self, epoch: int) -> tuple[Segment, ...]:
         """Segments of ``epoch`` run before an elastic resume (empty for any other epoch)."""
         return self._segments[1] if self._segments[0] == epoch else ()
 
     def global_order(self, epoch: int) -> np.ndarray:
-        """int64 (samples per epoch,): the epoch's sample ids over all ranks, in order, before any split."""
+        """int64 (samples per epoch,): the epoch's sample ids over all ranks, in order, before any split
+        (a mixture's ids are global: see :class:`tierload.data.mixture.Mixture`)."""
+        mixture = self._started_mixture()
+        if mixture is not None:
+            return mixture.epoch_order(self.seed, epoch)
         return epoch_order(self.manifest.sample_block, seed=self.seed, epoch=epoch, shuffle=self._shuffle_mode(),
                            window_blocks=self.window_blocks)
 
@@ -339,9 +383,12 @@ class TieredDataset(IterableDataset):
         return rank_slice(order, rank=rank, world_size=world, drop_last=self.drop_last)
 
     def _reuse_gap(self) -> int:
+        mixture = self._started_mixture()
+        if mixture is not None:
+            return mixture.reuse_gap(self.epoch)
         return reuse_gap(self.manifest.sample_block, self.window_blocks)
 
-    def __iter__(self) -> Iterator[tuple[Any, int]]:
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
         if self._endpoint is None:
             if get_worker_info() is not None:
                 raise ServiceError("TieredDataset(lazy=True) was not started before the DataLoader started its "
@@ -373,6 +420,8 @@ class TieredDataset(IterableDataset):
             self._warm_stream = None
 
     def _direct_source(self) -> DirectSource:
+        if self._sources is not None:  # reads the same way (read(key)), each block from its own source
+            return cast(DirectSource, self._sources.direct_source(self.manifest))
         return DirectSource(self.config, self._cold, {block.key: block for block in self.manifest.blocks})
 
     def _stream_prefix(self, epoch: int, rank: int, world: int) -> str:
@@ -386,17 +435,22 @@ class TieredDataset(IterableDataset):
         manifest, epoch = self.manifest, self.epoch
         rank, world = self._rank_world()
         if self._decoder is None:  # kept: built once per process, not once per epoch
-            self._decoder = manifest.decoder(self.config.manifest.label_column, self.columns)
+            self._decoder = (self._sources.decoder(self.config.manifest.label_column) if self._sources is not None
+                             else manifest.decoder(self.config.manifest.label_column, self.columns))
+        mixture = self._started_mixture()
+        # A mixture's decoded window holds every source's shuffle window at once.
+        keep = 1 if self._reuse_gap() == 1 else self.window_blocks + 2
         return EpochContext(
             epoch=epoch, rank=rank, world=world, order=self.rank_order(epoch), batch_size=self.batch_size,
             stream_prefix=self._stream_prefix(epoch, rank, world),
             manifest=manifest, link=link, decoder=self._decoder, output=self._output, transform=self.transform,
-            keep_decoded=1 if self._reuse_gap() == 1 else self.window_blocks + 2,
+            keep_decoded=keep * (mixture.num_sources if mixture is not None else 1),
             report_every=max(1, min(32, self.config.prefetch.depth_blocks // 4)), resume=self._resume,
             plan=lambda rest, start: self._plan(epoch, rest, start, rank, world), open_stream=self._open_stream,
-            direct_source=self._direct_source, consumer_stats=self.consumer_stats)
+            direct_source=self._direct_source, consumer_stats=self.consumer_stats,
+            source_of_block=mixture.source_of_block() if mixture is not None else None)
 
-    def _iterate(self) -> Iterator[tuple[Any, int]]:
+    def _iterate(self) -> Iterator[tuple[Any, ...]]:
         # A generator, so the reader (which takes the pending resume point) is built at the
         # first next(), in the process that iterates: the caller is then the DataLoader's fetcher,
         # whose batch size must be this dataset's (checked before the resume point is taken).
@@ -419,7 +473,10 @@ class TieredDataset(IterableDataset):
     # ------------------------------------------------------------------- state
     def _state_base(self) -> dict[str, Any]:
         rank, world = self._rank_world()
-        return {"format": STATE_FORMAT, "version": STATE_VERSION, "dataset_id": self.manifest.dataset_id,
+        mixture = self._started_mixture()
+        # A mixture's state names its epoch's counts per source: other weights mean another order.
+        counts = {"mixture_counts": mixture.counts(self.epoch).tolist()} if mixture is not None else {}
+        return {**counts, "format": STATE_FORMAT, "version": STATE_VERSION, "dataset_id": self.manifest.dataset_id,
                 "num_samples": len(self), "dataset_samples": self._epoch_samples(),
                 "chain": [[s.world_size, s.consumed] for s in self._chain(self.epoch)], "seed": self.seed,
                 "shuffle": self._shuffle_mode(),
@@ -475,11 +532,19 @@ class TieredDataset(IterableDataset):
         if is_loader_state(state):
             state = from_loader_state(state, self.batch_size)
         rank, world = self._rank_world()
-        expected = {"dataset_id": self.manifest.dataset_id, "dataset_samples": self._epoch_samples(),
+        state_epoch = int(state.get("epoch", self.epoch))  # a state without one is refused by check_state
+        expected = {"dataset_id": self.manifest.dataset_id, "dataset_samples": self._epoch_samples(state_epoch),
                     "shuffle": self._shuffle_mode(), "window_blocks": self.window_blocks, "drop_last": self.drop_last}
         check_state(state, expected)
+        mixture = self._started_mixture()
+        if mixture is not None and "mixture_counts" in state:
+            counts = mixture.counts(int(state["epoch"])).tolist()
+            if list(state["mixture_counts"]) != counts:
+                raise ConfigError(f"the state was saved when epoch {state['epoch']} drew {state['mixture_counts']} "
+                                  f"samples per source, these weights draw {counts}; resume with the weights of the "
+                                  "saved epoch and change them from a later one (curriculum={epoch: weights})")
         if int(state["world_size"]) != world:
-            state = rebased(state, rank, world, self._epoch_samples())
+            state = rebased(state, rank, world, self._epoch_samples(int(state["epoch"])))
         self._segments = (int(state["epoch"]), state_chain(state))
         info = get_worker_info()
         self._resume.load_state_dict(state, info, self.batch_size)

@@ -55,6 +55,8 @@ class EpochContext:
         open_stream: ``open_stream(link, stream_id, worker, workers, plan)`` joins the epoch's stream.
         direct_source: Builds the reader used while the node cache is unreachable.
         consumer_stats: The dataset's consumer counters; this pass's are added at its end.
+        source_of_block: int (blocks,): a mixture's source of each block, or None (one dataset):
+            a mixture yields ``(sample, label, source)``.
     """
 
     epoch: int
@@ -75,6 +77,7 @@ class EpochContext:
     open_stream: Callable[[NodeLink, str, int, int, Callable[[], StreamPlan]], None]
     direct_source: Callable[[], DirectSource]
     consumer_stats: Counter
+    source_of_block: np.ndarray | None = None
 
 
 class EpochReader:
@@ -132,8 +135,9 @@ class EpochReader:
                      self.start + (self.point.lower_bound if self.point.worker else 0), len(self.mine))
 
     # ------------------------------------------------------------- iterating
-    def __iter__(self) -> Iterator[tuple[Any, int]]:
-        """Yield ``(sample, label)`` for this worker's positions of the epoch, from the resume point on."""
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """Yield ``(sample, label)`` (a mixture's ``(sample, label, source)``) for this worker's
+        positions of the epoch, from the resume point on."""
         context = self.context
         manifest, link, decoder = context.manifest, context.link, context.decoder
         progress = context.resume.track(Progress(os.getpid(), self.epoch, self.start, self.positions, self.chunk,
@@ -156,6 +160,7 @@ class EpochReader:
         decoded: OrderedDict[int, Any] = OrderedDict()
         keep_decoded, report_every, transform = context.keep_decoded, context.report_every, context.transform
         blocks, sample_block, sample_index = manifest.blocks, manifest.sample_block, manifest.sample_index
+        source_of_block = context.source_of_block
         try:
             for index in range(self.skip, len(self.positions)):
                 position = int(self.positions[index])
@@ -182,7 +187,10 @@ class EpochReader:
                 if transform is not None:
                     sample = transform(sample)
                 progress.yielded = index + 1
-                yield sample, label
+                if source_of_block is None:
+                    yield sample, label
+                else:
+                    yield sample, label, int(source_of_block[block_id])
                 if (index + 1 - self.skip) % report_every == 0:
                     consumed = position + 1
                     link.notify(lambda cache: cache.progress(self.stream_id, self.worker, consumed))  # noqa: B023 - called at once

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 import numpy as np
 
 from tierload.config.models import TierloadConfig
+from tierload.errors import ConfigError
 from tierload.simulator.trace import DatasetShape
 
 
@@ -49,3 +52,25 @@ def dataset_shape(dataset: str, config: TierloadConfig, *, block_bytes: int, siz
     if is_url(dataset):
         return shape_from_listing(dataset, config, layout=layout, refresh=refresh)
     return DatasetShape.from_manifest(dataset)
+
+
+def mixed_shape(specs: Sequence[str], shape_of: Callable[[str], DatasetShape], shuffle: str = "auto",
+                window_blocks: int = 8) -> DatasetShape:
+    """``--mix DATASET=WEIGHT ...``: the sources' shapes joined as a weighted mixture
+    (:meth:`DatasetShape.mixed`); each DATASET is read by ``shape_of`` as ``--dataset`` is.
+
+    Raises:
+        ConfigError: A spec without ``=WEIGHT``, a weight that is not a number, or bad weights.
+    """
+    parts, weights = [], []
+    for spec in specs:
+        name, sep, weight = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            weights.append(float(weight))
+        except ValueError:
+            raise ConfigError(f"--mix {spec!r}; give DATASET=WEIGHT, e.g. s3://bucket/web=0.7") from None
+        shape = shape_of(name)
+        parts.append(shape if shape.name != "dataset" else DatasetShape(shape.sample_block, shape.block_bytes, name))
+    return DatasetShape.mixed(parts, weights, shuffle=shuffle, window_blocks=window_blocks)

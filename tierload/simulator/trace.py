@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tierload.data.mixture import Mixture
 from tierload.data.order import SHUFFLE_MODES, epoch_order, rank_slice, resolve_shuffle, reuse_gap
 from tierload.data.runs import counted_runs
 from tierload.errors import ConfigError
@@ -40,11 +41,14 @@ class DatasetShape:
         sample_block: int64 (samples,): block index of each sample.
         block_bytes: int64 (blocks,): size of each block in bytes.
         name: Jobs that name the same dataset read the same blocks (and share warm copies).
+        mixture: A weighted mixture of sources (:meth:`mixed`): its order replaces the shuffle
+            (the job's ``shuffle`` and ``window_blocks`` are the mixture's own), or None.
     """
 
     sample_block: np.ndarray
     block_bytes: np.ndarray
     name: str = "dataset"
+    mixture: Mixture | None = None
 
     def __post_init__(self) -> None:
         if len(self.block_bytes) == 0:
@@ -107,6 +111,26 @@ class DatasetShape:
         sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)
         return cls(manifest.sample_block.astype(np.int64), sizes, manifest.url)
 
+    @classmethod
+    def mixed(cls, parts: Sequence["DatasetShape"], weights: Sequence[float], *, shuffle: str = "auto",
+              window_blocks: int = 8, epoch_samples: int | None = None) -> "DatasetShape":
+        """Several datasets with weights as one (see :mod:`tierload.data.mixture`): blocks and
+        samples concatenated, the mixed order as a TieredDataset over these sources reads it.
+
+        Raises:
+            ConfigError: Bad weights (one per part, >= 0, one > 0) or an empty part.
+        """
+        mixture = Mixture(tuple(part.sample_block for part in parts), tuple(part.num_blocks for part in parts),
+                          tuple(weights), tuple(part.shuffle_mode(shuffle) for part in parts),
+                          window_blocks=window_blocks, epoch_samples=epoch_samples)
+        name = "mixture:" + "|".join(f"{part.name}={weight:g}"
+                                     for part, weight in zip(parts, mixture.weights, strict=True))
+        return cls(mixture.sample_block(), np.concatenate([part.block_bytes for part in parts]), name, mixture)
+
+    def epoch_samples(self, epoch: int = 0) -> int:
+        """Samples an epoch's order holds (a mixture's, or every sample once)."""
+        return self.mixture.samples_per_epoch(epoch) if self.mixture is not None else self.num_samples
+
     @property
     def num_blocks(self) -> int:
         return len(self.block_bytes)
@@ -121,6 +145,8 @@ class DatasetShape:
 
     def reuse_gap(self, window_blocks: int) -> int:
         """Run grouping of a TieredDataset over this shape (:func:`tierload.data.order.reuse_gap`)."""
+        if self.mixture is not None:
+            return self.mixture.reuse_gap()
         return reuse_gap(self.sample_block, window_blocks)
 
     def shuffle_mode(self, shuffle: str) -> str:
@@ -247,6 +273,8 @@ class Trace:
 
 def _epoch_order(job: JobSpec, epoch: int) -> np.ndarray:
     shape = job.dataset
+    if shape.mixture is not None:
+        return shape.mixture.epoch_order(job.seed, epoch)
     return epoch_order(shape.sample_block, seed=job.seed, epoch=epoch, shuffle=shape.shuffle_mode(job.shuffle),
                        window_blocks=job.window_blocks)
 

@@ -11,7 +11,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tierload.data.order import reuse_gap
 from tierload.data.runs import counted_runs
 from tierload.frames.blockfile import HEADER_SIZE
 from tierload.simulator.belady import min_hit_flags
@@ -58,6 +57,7 @@ def dataset_min_hit_ratios(dataset: Any, epochs: int, capacity_bytes: int) -> li
     """
     manifest = dataset.manifest
     orders = [dataset.rank_order(epoch) for epoch in range(epochs + 1)]
-    trace = access_trace(manifest.sample_block, orders, reuse_gap(manifest.sample_block, dataset.window_blocks))
+    # The dataset's own run grouping: a mixture's stretches its sources' windows over the interleave.
+    trace = access_trace(manifest.sample_block, orders, dataset._reuse_gap())
     sizes = np.array([block.length + HEADER_SIZE for block in manifest.blocks], dtype=np.int64)
     return min_hit_ratios(trace, sizes, capacity_bytes)

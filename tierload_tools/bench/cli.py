@@ -63,9 +63,29 @@ def _run_tokens(quick: bool, out_dir: str, given: dict) -> None:
                                    f"(details in {paths['json']})")
 
 
+def _run_mixture(quick: bool, out_dir: str, given: dict) -> None:
+    """The mixture workload of issue 22 (``--workload mixture``)."""
+    import dataclasses
+
+    from tierload_tools.bench.mixture.run import MixtureOptions, run_mixture, table, write
+
+    base = MixtureOptions.quick() if quick else MixtureOptions()
+    try:
+        options = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    result = run_mixture(options, Path(out_dir), echo=lambda line: click.echo(f"bench: {line}", err=True))
+    paths = write(result, Path(out_dir))
+    click.echo(table(result))
+    click.echo(f"\nwrote {paths['json']} and {paths['txt']} in {result['wall_s']:.0f} s")
+    run = result["contenders"]["tierload-mixture"]
+    if not run.get("ok"):
+        raise click.ClickException(f"failed: {run.get('error')} (details in {paths['json']})")
+
+
 @click.command()
 @click.option("--workload", "workload_name",
-              type=click.Choice(["default", "small-files", "small-s3", "startup", "tokens"]),
+              type=click.Choice(["default", "small-files", "small-s3", "startup", "tokens", "mixture"]),
               default="default", show_default=True,
               help="default: the contenders on 4,000 JPEGs (below). small-files: 200,000 x 1 KiB files, plain "
               "DataLoader vs tierload (and Ray Data). small-s3: 100,000 x 4 KiB on the emulated S3 (20 ms, no cap) "
@@ -73,7 +93,9 @@ def _run_tokens(quick: bool, out_dir: str, given: dict) -> None:
               "1,281,167-key listing through start-up, and worker memory at 2 M keys. tokens: 64 x 32 MiB "
               "uint16 token files (2 GiB) on the emulated S3 as windows of --seq-len + 1 tokens: tierload, a "
               "memory-mapped local loader and LitData's TokensLoader. With --quick, a 2,000-object smoke variant "
-              "of each (tokens: 4 x 1 MiB).")
+              "of each (tokens: 4 x 1 MiB). mixture: TieredDataset over two sources (1,000 + 1,000 x 64 KiB) "
+              "weighted 70/30 on the emulated S3, hot tier --hot-fraction: samples/s, hot hit vs MIN, S3 bytes "
+              "(--quick: 200 + 200 x 16 KiB).")
 @click.option("--token-files", type=click.IntRange(1), help="tokens: files [64].")
 @click.option("--file-tokens", type=click.IntRange(1), help="tokens: uint16 tokens per file [16777216].")
 @click.option("--seq-len", type=click.IntRange(1), help="tokens: tokens per window minus one [2048].")
@@ -118,6 +140,11 @@ def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None
     Ray Data and all-in-RAM on an emulated S3, or run one of the small-object workloads (--workload)."""
     import dataclasses
 
+    if workload_name == "mixture":
+        _run_mixture(quick, out_dir, {"epochs": epochs, "batch_size": batch_size, "num_workers": num_workers,
+                                      "hot_fraction": hot_fraction, "latency_ms": latency_ms,
+                                      "connection_mb_s": connection_mb_s, "total_mb_s": total_mb_s})
+        return
     if workload_name == "tokens":
         _run_tokens(quick, out_dir, {"files": token_files, "tokens_per_file": file_tokens, "seq_len": seq_len,
                                      "epochs": epochs, "batch_size": batch_size, "num_workers": num_workers,

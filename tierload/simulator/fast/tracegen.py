@@ -73,13 +73,14 @@ def _epoch_runs(job: JobSpec, epoch: int, order: np.ndarray, next_order: np.ndar
 
 def _job_columns(job: JobSpec, offset: int, node_offset: int, with_time: bool) -> _Columns:
     shape = job.dataset
-    per_rank = samples_per_rank(shape.num_samples, job.world_size, job.drop_last)
-    total = per_rank * job.world_size
-    columns = _Columns(job.epochs * total, with_time)
+    per_rank = max(samples_per_rank(shape.epoch_samples(epoch), job.world_size, job.drop_last)
+                   for epoch in range(job.epochs))
+    columns = _Columns(job.epochs * per_rank * job.world_size, with_time)
     rank_nodes = node_offset + np.arange(job.world_size) * job.num_nodes // job.world_size
     next_order = _epoch_order(job, 0)
     for epoch in range(job.epochs):
         order, next_order = next_order, _epoch_order(job, epoch + 1)
+        total = samples_per_rank(len(order), job.world_size, job.drop_last) * job.world_size
         # Every rank's slice of the padded (or trimmed) order, as order.rank_slice cuts it.
         padded = np.tile(order, -(-total // len(order)))[:total] if total > len(order) else order[:total]
         block, node, time = _epoch_runs(job, epoch, order, next_order, padded, rank_nodes, with_time)
