@@ -146,9 +146,9 @@ def _epoch_counters(dataset, epoch: int, warm: bool) -> dict:
     rows = dataset._started_link().call(lambda cache: cache.stream_stats(dataset_id), wait_s=30.0)
     totals: Counter = Counter()
     for row in rows:
-        if row["epoch"] == epoch and row["stream_id"].endswith(".warm") == warm and f"/{dataset._stream_owner}" in \
-                row["stream_id"]:
-            totals.update({k: v for k, v in row.items() if k in ("accesses", "hot_hits", "cold_gets")})
+        if row.epoch == epoch and row.stream_id.endswith(".warm") == warm and f"/{dataset._stream_owner}" in \
+                row.stream_id:
+            totals.update({k: v for k, v in row.counters.items() if k in ("accesses", "hot_hits", "cold_gets")})
     return totals
 
 

@@ -108,7 +108,7 @@ def test_two_sources_70_30_over_two_ranks_and_two_workers(sources, mixtures):
     # One stream per rank and epoch on the node cache, under the mixture's dataset id, none per source.
     link = ranks[0]._started_link()
     mixed = link.call(lambda cache: cache.stream_stats(ranks[0].manifest.dataset_id), wait_s=30.0)
-    assert {row["epoch"] for row in mixed} == {0, 1} and len(mixed) >= 4
+    assert {row.epoch for row in mixed} == {0, 1} and len(mixed) >= 4
     for part in ranks[0]._sources.parts:
         assert link.call(lambda cache, part=part: cache.stream_stats(part.dataset_id), wait_s=30.0) == []
 
