@@ -7,7 +7,16 @@ from typing import Any
 
 from tierload.wire.api import NodeCacheAPI
 from tierload.wire.channel import ChannelClient
-from tierload.wire.messages import DatasetRegistration, Endpoint, HotBlock, LoopReport, StreamPlan, WireBlock
+from tierload.wire.messages import (
+    DatasetRegistration,
+    Endpoint,
+    HotBlock,
+    LoopReport,
+    MemberFrame,
+    SampleRead,
+    StreamPlan,
+    WireBlock,
+)
 
 
 class NodeCacheClient(NodeCacheAPI):
@@ -59,6 +68,9 @@ class NodeCacheClient(NodeCacheAPI):
 
     def invalidate(self, keys: list[str]) -> int:
         return self.channel.call(NodeCacheAPI.invalidate, keys)
+
+    def read_sample(self, request: SampleRead) -> HotBlock | WireBlock | MemberFrame:
+        return self.channel.call(NodeCacheAPI.read_sample, request)
 
     def record_trace(self, enabled: bool) -> list[tuple[str, int, int]]:
         return self.channel.call(NodeCacheAPI.record_trace, enabled)
