@@ -166,3 +166,48 @@ def test_a_shuffled_map_style_dataloader_with_two_workers_returns_every_sample_o
     assert order != list(range(60))  # shuffled
     counters = dataset.cache_stats()["counters"]
     assert counters["random_reads"] > 0 and counters["accesses"] >= counters["random_reads"]
+
+
+def test_a_member_is_cut_from_the_warm_copy_of_its_pack_once_warm_holds_it(bucket, tier_config, make_dataset):
+    """hot -> warm -> cold: with no hot tier, the first read of a member is its own ranged GET; once an
+    epoch has put the packs in the warm tier, a member comes from there and S3 sees no GET."""
+    from helpers import land_warm_writes
+
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/warm", 30, size=400)
+    config = tier_config(hot=0, warm="4MiB", manifest={"pack_threshold_bytes": "1KiB", "pack_target_bytes": 4000})
+    dataset = make_dataset(f"s3://{name}/warm", config, layout="files", shuffle=False)
+    assert dataset.manifest.num_packs > 0
+    first = dataset.cache_stats()["counters"]
+    sample, _ = dataset[3]
+    assert bytes(sample) == payloads[index_of(sample)]
+    cold = dataset.cache_stats()["counters"]
+    assert (cold["cold_misses"] - first["cold_misses"], cold["cold_gets"] - first["cold_gets"],
+            cold["cold_bytes"] - first["cold_bytes"]) == (1, 1, 400)
+
+    assert sorted(index_of(s) for s, _ in dataset) == list(range(30))  # the packs go whole to warm
+    land_warm_writes(dataset)
+    before = dataset.cache_stats()["counters"]
+    sample, _ = dataset[5]
+    assert bytes(sample) == payloads[index_of(sample)]
+    after = dataset.cache_stats()["counters"]
+    assert after["warm_hits"] - before["warm_hits"] == 1
+    assert after["cold_gets"] == before["cold_gets"] and after["cold_bytes"] == before["cold_bytes"]
+    assert after["random_reads"] - before["random_reads"] == 1
+    assert dataset.consumer_stats["random_cache_reads"] == 2 and dataset.consumer_stats["random_hot_reads"] == 0
+
+
+def test_read_sample_messages_are_frozen_and_versioned():
+    import dataclasses
+    import pickle
+
+    from tierload.errors import MessageError
+    from tierload.wire.messages import MemberFrame, SampleRead, member_key
+
+    request = SampleRead("d", "k", 3)
+    assert pickle.loads(pickle.dumps(request)) == request and request.version == SampleRead.VERSION
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.member = 4  # type: ignore[misc]
+    with pytest.raises(MessageError, match="expected a SampleRead"):
+        SampleRead.received(MemberFrame(b""))
+    assert member_key("k", 3) != member_key("k", 4) != "k"

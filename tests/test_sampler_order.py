@@ -87,3 +87,30 @@ def test_an_index_outside_the_dataset_names_itself_and_the_valid_range(bucket, t
     with pytest.raises(SampleIndexError, match=rf"sampler yielded index {bad} at position \d of epoch 0 .*"
                                                r"valid sample indices are 0 \.\. 11"):
         make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None), layout="files", sampler=indices)
+
+
+def test_a_sampler_epoch_resumes_mid_epoch_with_exactly_the_rest(bucket, tier_config, make_dataset):
+    """A sampler that gives the same sequence for the same epoch (DistributedSampler) resumes exactly:
+    the resumed dataset iterates its own sampler for the state's epoch again."""
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 30, size=100)
+    config = tier_config(hot="1MiB", warm=None)
+
+    def sampler():
+        return DistributedSampler(range(30), num_replicas=1, rank=0, shuffle=True, seed=11)
+
+    first = make_dataset(f"s3://{name}/ds", config, layout="files", sampler=sampler())
+    first.set_epoch(2)
+    iterator = iter(first)
+    taken = [index_of(next(iterator)[0]) for _ in range(13)]
+    state = first.state_dict()
+    iterator.close()
+    assert state["epoch"] == 2 and state["shuffle"] == "sampler"
+
+    resumed = make_dataset(f"s3://{name}/ds", config, layout="files", sampler=sampler())
+    resumed.load_state_dict(state)
+    rest = [index_of(sample) for sample, _ in resumed]
+    reference = sampler()
+    reference.set_epoch(2)
+    objects = {i: index_of(resumed[i][0]) for i in range(30)}
+    assert taken + rest == [objects[i] for i in reference]

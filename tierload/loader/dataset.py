@@ -429,7 +429,8 @@ class TieredDataset(IterableDataset):
             assert self._link is not None, "start() sets the link"
             if self._decoder is None:
                 self._decoder = self.manifest.decoder(self.config.manifest.label_column, self.columns)
-            self._reader = SampleReader(self.manifest, self._link, self._decoder, self.transform, self._direct_source)
+            self._reader = SampleReader(self.manifest, self._link, self._decoder, self.transform, self._direct_source,
+                                        self.consumer_stats)
         return self._reader
 
     # ------------------------------------------------------------------ device

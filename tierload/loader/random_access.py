@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from torch.utils.data import Dataset
@@ -70,10 +70,15 @@ class SampleReader:
             (the objects layouts) a pack member is read and decoded alone.
         transform: The dataset's transform, or None.
         direct: Builds the reader used while the node cache is unreachable.
+        stats: This process's consumer counters (the dataset's ``consumer_stats``): blocks read
+            from a hot file here (``random_hot_reads``, no call), answers of the node cache
+            (``random_cache_reads``; it counts their source), blocks read without it
+            (``fallback_reads``).
     """
 
     def __init__(self, manifest: Manifest, link: NodeLink, decoder: BlockDecoder,
-                 transform: Callable[[Any], Any] | None, direct: Callable[[], DirectSource]) -> None:
+                 transform: Callable[[Any], Any] | None, direct: Callable[[], DirectSource],
+                 stats: Counter) -> None:
         self.manifest = manifest
         self.link = link
         self.decoder = decoder
@@ -81,6 +86,7 @@ class SampleReader:
         self.blocks = BlockReader(link)  # the hot levels and the checksum key
         self.direct = direct
         self._direct_source: DirectSource | None = None
+        self.stats = stats
         self._decode_member = getattr(decoder, "decode_member", None)
 
     def sample(self, index: Any) -> tuple[Any, int]:
@@ -117,7 +123,9 @@ class SampleReader:
         block = self.manifest.blocks[block_id]
         sample_in_block = self.manifest.sample_index
         raw = self._hot_copy(block.key)
-        if raw is None and block.members is not None and self._decode_member is not None:
+        if raw is not None:
+            self.stats["random_hot_reads"] += 1
+        elif block.members is not None and self._decode_member is not None:
             members = sorted({int(sample_in_block[sample_id]) for sample_id in sample_ids})
             if len(members) < len(block.members):  # asking for every member: the whole pack is one read
                 found = {member: self._member_or_block(block_id, member) for member in members}
@@ -143,10 +151,12 @@ class SampleReader:
     def _ask(self, request: SampleRead) -> HotBlock | WireBlock | MemberFrame | None:
         """The node cache's answer, or None when no cache answers (the caller reads directly)."""
         try:
-            return self.link.call(lambda cache: cache.read_sample(request))
+            answer = self.link.call(lambda cache: cache.read_sample(request))
         except ChannelLostError as exc:
             log.warning("no node cache answers (%s); reading block %s directly", exc, request.key)
             return None
+        self.stats["random_cache_reads"] += 1
+        return answer
 
     def _whole_block(self, block_id: int) -> bytes:
         key = self.manifest.blocks[block_id].key
@@ -189,7 +199,7 @@ class SampleReader:
         """The block from the warm tier or cold, without the node cache (it is gone, or its copy left)."""
         if self._direct_source is None:
             self._direct_source = self.direct()
-        self.blocks.stats["fallback_reads"] += 1
+        self.stats["fallback_reads"] += 1
         return self._direct_source.read(key)
 
 

@@ -99,11 +99,12 @@ class SamplerOrders:
                               "WeightedRandomSampler, a DistributedSampler or a list)")
         self.sampler: Iterable[Any] | None = sampler
         self.directory = tempfile.mkdtemp(prefix="tierload-sampler-")  # 0700: this user's only
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.directory, True)
+        # Only this process removes it: a forked DataLoader worker holds a copy of this object too.
+        self._cleanup = weakref.finalize(self, _remove_if_owner, self.directory, os.getpid())
         self._orders: dict[int, np.ndarray] = {}  # in this process, by epoch
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"sampler": None, "directory": self.directory, "_orders": {}}
+        return {"sampler": None, "directory": self.directory, "_orders": {}, "_cleanup": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -151,3 +152,9 @@ class SamplerOrders:
             raise ServiceError(f"the sampler's order of epoch {epoch} was never materialised in the training "
                                f"process; call dataset.set_epoch({epoch}) before the DataLoader starts its "
                                "workers") from None
+
+
+def _remove_if_owner(directory: str, owner_pid: int) -> None:
+    """Remove the orders' directory, in the process that made it only."""
+    if os.getpid() == owner_pid:
+        shutil.rmtree(directory, ignore_errors=True)
