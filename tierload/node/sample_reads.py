@@ -8,9 +8,10 @@ decodes a member alone is read by itself instead: cut from a peer's or the warm 
 the pack when one holds it (the copy is not admitted to the hot tier), else by one ranged
 request of just its bytes (the pack is not read from cold for one member).
 
-Every read is counted in the node's counters as one access with its source (``hot_hits``,
-``peer_hits``, ``warm_hits``, ``cold_misses``; ``cold_gets`` and ``cold_bytes`` as for any cold
-read), plus ``random_reads``; it belongs to no stream, so no epoch's stats count it.
+Every read is one access of its block for the counts and policies (a block earns its admission
+to the hot tier as a planned one does), counted in the node's counters with its source
+(``hot_hits``, ``peer_hits``, ``warm_hits``, ``cold_misses``; ``cold_gets`` and ``cold_bytes`` as
+for any cold read), plus ``random_reads``; it belongs to no stream, so no epoch's stats count it.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class SampleReads:
             member = request.member if block.members is not None else None
             if member is not None and not 0 <= member < len(block.members or ()):
                 raise ServiceError(f"member {member} of block {request.key}: the pack has {len(block.members or ())}")
+            self._accounting.count_unplanned_access(request.key)  # before a fetch asks the hot tier to admit it
             level = self._hot.level_of(request.key)
             if level is not None:
                 self._count(Counter(hot_hits=1))
