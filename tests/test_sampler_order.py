@@ -7,6 +7,8 @@ live hot hit count equals Belady's MIN (the simulator's) on the very block seque
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +16,7 @@ from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader, DistributedSampler, WeightedRandomSampler
 
 from tierload.data.runs import counted_runs
-from tierload.errors import SampleIndexError
+from tierload.errors import SampleIndexError, ServiceError
 from tierload.simulator.belady import min_hits
 
 
@@ -114,3 +116,33 @@ def test_a_sampler_epoch_resumes_mid_epoch_with_exactly_the_rest(bucket, tier_co
     reference.set_epoch(2)
     objects = {i: index_of(resumed[i][0]) for i in range(30)}
     assert taken + rest == [objects[i] for i in reference]
+
+
+def test_an_epochs_order_is_iterated_once_unless_set_epoch_asks_again():
+    from tierload.loader.sampler_order import SamplerOrders
+
+    class CountingSampler:
+        def __init__(self):
+            self.iterations, self.epoch = 0, -1
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+
+        def __iter__(self):
+            self.iterations += 1
+            return iter(np.random.default_rng(self.iterations).permutation(10).tolist())
+
+    sampler = CountingSampler()
+    orders = SamplerOrders(sampler)
+    zero = orders.refresh(0, 10)
+    one = orders.order(1, 10)
+    assert sampler.iterations == 2 and sampler.epoch == 1
+    assert np.array_equal(orders.order(0, 10), zero) and np.array_equal(orders.order(1, 10), one)
+    assert sampler.iterations == 2  # read back, not iterated again
+    in_worker = pickle.loads(pickle.dumps(orders))  # what a spawned worker holds: no sampler, the files
+    assert in_worker.sampler is None and np.array_equal(in_worker.order(1, 10), one)
+    with pytest.raises(ServiceError, match="never materialised"):
+        in_worker.order(5, 10)
+    again = orders.refresh(1, 10)
+    assert sampler.iterations == 3 and np.array_equal(in_worker.order(1, 10), again)
+    assert sorted(again.tolist()) == list(range(10))

@@ -134,8 +134,9 @@ class SamplerOrders:
     def order(self, epoch: int, num_samples: int) -> np.ndarray:
         """int64 (samples of the epoch,): the sampler's sequence for ``epoch``.
 
-        In the training process: the one refreshed last for ``epoch``, or a fresh one. In a
-        worker: the published file, mapped read-only.
+        The sequence refreshed last for ``epoch`` (mapped read-only from its file outside the
+        process that refreshed it); an epoch never materialised is iterated now, in the process
+        that holds the sampler.
 
         Raises:
             ServiceError: In a worker, for an epoch the training process never materialised.
@@ -144,11 +145,11 @@ class SamplerOrders:
         order = self._orders.get(epoch)
         if order is not None:
             return order
-        if self.sampler is not None:
-            return self.refresh(epoch, num_samples)
-        try:
+        try:  # materialised before (this process or the one that made it): never iterated twice unasked
             return np.load(self._path(epoch), mmap_mode="r")
         except FileNotFoundError:
+            if self.sampler is not None:
+                return self.refresh(epoch, num_samples)
             raise ServiceError(f"the sampler's order of epoch {epoch} was never materialised in the training "
                                f"process; call dataset.set_epoch({epoch}) before the DataLoader starts its "
                                "workers") from None
