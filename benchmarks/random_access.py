@@ -68,7 +68,8 @@ def main() -> None:
                     dataset[int(index)]
                 seconds = time.perf_counter() - started
                 after = dataset.cache_stats()["counters"]
-                return {name: after[name] - before[name] for name in ("cold_gets", "cold_bytes", "random_reads")}, seconds
+                counted = ("cold_gets", "cold_bytes", "random_reads")
+                return {name: after[name] - before[name] for name in counted}, seconds
 
             cold, cold_s = timed_reads()
             whole = sum(manifest.blocks[block].length for block in touched)
