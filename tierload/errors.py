@@ -6,7 +6,8 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     TierloadError
     ├── ConfigError(ValueError)            bad value in config, YAML, CLI or arguments
     │   ├── CapacityParseError             "ten gigs" is not a capacity
-    │   └── UntrustedDirError              a tier dir another user owns or may write (not shared on purpose)
+    │   ├── UntrustedDirError              a tier dir another user owns or may write (not shared on purpose)
+    │   └── SampleIndexError(IndexError)   a sample index outside the dataset (``ds[i]``, ``sampler=``)
     ├── CapacityError(RuntimeError)         a block cannot fit in any tier that must hold it
     ├── MissingDependencyError(ImportError) an optional package a feature needs is not installed
     ├── IntegrityError(IOError)            checksum or block-file header mismatch
@@ -86,6 +87,11 @@ class CapacityParseError(ConfigError):
 class UntrustedDirError(ConfigError):
     """A tier directory another user owns, or group/others may write, and the config does not
     say it is shared on purpose (``hot.shared`` / ``warm.shared``)."""
+
+
+class SampleIndexError(ConfigError, IndexError):
+    """A sample index outside the dataset, from ``ds[i]`` or a ``sampler=``; the message names the
+    index and the valid range (an ``IndexError`` too, so ``Sequence`` protocols stop on it)."""
 
 
 class CapacityError(TierloadError, RuntimeError):

@@ -30,7 +30,7 @@ import secrets
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -59,8 +59,10 @@ from tierload.loader.dataset_link import join_stream, register_dataset
 from tierload.loader.epoch_reader import EpochContext, EpochReader
 from tierload.loader.gpu import DeviceOutput
 from tierload.loader.mixture_sources import MixtureSources, Source, is_mixture, sources_of
+from tierload.loader.random_access import MapStyleView, SampleReader
 from tierload.loader.rank_agreement import check_ranks_agree
 from tierload.loader.resume import ResumeTracker
+from tierload.loader.sampler_order import SamplerOrders
 from tierload.loader.stall import StallMeter, report_epoch, report_progress
 from tierload.loader.state import (
     STATE_FORMAT,
@@ -123,6 +125,12 @@ class TieredDataset(IterableDataset):
         lazy: Do not start now; call :meth:`start` yourself before iterating. By default the
             constructor starts (lists, connects to Ray, starts the node cache), because PyTorch
             forks DataLoader workers without any hook in the parent process.
+        sampler: Any iterable of sample indices (``WeightedRandomSampler``, ``DistributedSampler``,
+            a curriculum list, an int array): its sequence is this rank's order, iterated once per
+            epoch in this process at ``set_epoch`` (after the sampler's own ``set_epoch``), and
+            the node cache plans prefetch and eviction from it as from a built-in shuffle;
+            ``shuffle`` is then not used (see :mod:`tierload.loader.sampler_order`). Indices
+            outside the dataset raise :class:`~tierload.errors.SampleIndexError`.
 
     Yields:
         ``(sample, label)``: images as uint8 tensors (C, H, W); Parquet rows as dicts of
@@ -149,10 +157,15 @@ class TieredDataset(IterableDataset):
                  window_blocks: int = 8, refresh_manifest: bool = False, endpoint_url: str | None = None,
                  storage_options: Mapping[str, Any] | None = None, address: str | None = None,
                  device: str | torch.device | None = None, epoch_samples: int | None = None,
-                 curriculum: Mapping[int, Sequence[float]] | None = None, lazy: bool = False) -> None:
+                 curriculum: Mapping[int, Sequence[float]] | None = None, lazy: bool = False,
+                 sampler: Iterable[Any] | None = None) -> None:
         super().__init__()
         sources = sources_of(cast(Sequence, url), layout, columns) if is_mixture(url) else None
         url = sources[0].url if sources else cast(str, url)
+        if sources and sampler is not None:
+            raise ConfigError(f"sampler={sampler!r} with {len(sources)} sources: a sampler draws indices of one "
+                              "dataset; give a mixture its weights (Source(url, weight=...)) instead, or pass the "
+                              "sampler with one source")
         shuffle = check_arguments(url, shuffle, batch_size, layout, rank, world_size, window_blocks)
         try:
             self.seed = int(seed)
@@ -206,6 +219,8 @@ class TieredDataset(IterableDataset):
         self._decoder: BlockDecoder | None = None
         # Resolved once, here: workers and actors get exactly these options, whatever their environment.
         self._cold = self._sources.colds[0] if self._sources else ColdLocation.resolve(self.url, self.config.cold)
+        self._sampler_orders = SamplerOrders(sampler) if sampler is not None else None
+        self._reader: SampleReader | None = None  # ds[i]: built in the process that reads
         if not lazy:
             self.start()
 
@@ -247,6 +262,8 @@ class TieredDataset(IterableDataset):
             log.info("manifest refresh: %d blocks changed at the source; dropped %d cached copies", len(stale),
                      dropped)
         self._captured_rank = self._rank_world()
+        if self._sampler_orders is not None:  # before the DataLoader forks its workers
+            self._sampler_orders.order(self.epoch, self._manifest.num_samples)
         return self
 
     def _agree_across_ranks(self) -> None:
@@ -280,6 +297,7 @@ class TieredDataset(IterableDataset):
             self._captured_rank = self._rank_world()  # pickled for spawn: resolve in the parent
         state = self.__dict__.copy()
         state["_decoder"] = None
+        state["_reader"] = None  # each process reads through its own
         state["_stall"] = StallMeter()  # workers do not see the loop; the meter's callbacks stay here
         return state
 
@@ -321,6 +339,8 @@ class TieredDataset(IterableDataset):
         if get_worker_info() is None:
             self._agree_across_ranks()
         self._resume.set_epoch(int(epoch))
+        if self._sampler_orders is not None and get_worker_info() is None:
+            self._sampler_orders.refresh(int(epoch), self.manifest.num_samples)
 
     def _rank_world(self) -> tuple[int, int]:
         if self._explicit_rank is not None:
@@ -330,6 +350,8 @@ class TieredDataset(IterableDataset):
         return self._captured_rank
 
     def _shuffle_mode(self) -> str:
+        if self._sampler_orders is not None:
+            return "sampler"
         mixture = self._started_mixture()
         if mixture is not None:
             return "mixture:" + ",".join(mixture.shuffles)
@@ -342,6 +364,8 @@ class TieredDataset(IterableDataset):
         torchdata's ``StatefulDataLoader`` counts steps from the epoch's start); after a resume at
         another world size it is the per-rank count of the new split (see :meth:`load_state_dict`).
         """
+        if self._sampler_orders is not None:
+            return len(self.rank_order())
         rank, world = self._rank_world()
         chain = self._chain(self.epoch)
         if chain:  # an elastic resume: this epoch is what earlier segments left, split over this world size
@@ -376,7 +400,10 @@ class TieredDataset(IterableDataset):
 
     # ------------------------------------------------------------------ iteration
     def rank_order(self, epoch: int | None = None) -> np.ndarray:
-        """int64 sample indices this rank yields in ``epoch`` (default: the current one), in order."""
+        """int64 sample indices this rank yields in ``epoch`` (default: the current one), in order
+        (with ``sampler=``, the sampler's sequence of that epoch)."""
+        if self._sampler_orders is not None:
+            return self._sampler_orders.order(self.epoch if epoch is None else epoch, self.manifest.num_samples)
         rank, world = self._rank_world()
         epoch = self.epoch if epoch is None else epoch
         order = remaining_order(self.global_order(epoch), self._chain(epoch), self.drop_last)
@@ -400,7 +427,8 @@ class TieredDataset(IterableDataset):
         """The block sequence the node cache prefetches for this rank's iteration (plus a look-ahead
         into the next epoch, which only informs eviction)."""
         manifest = self.manifest
-        upcoming = self.rank_order(epoch + 1)
+        # A sampler's next epoch is unknown until its set_epoch: no look-ahead then.
+        upcoming = self.rank_order(epoch + 1) if self._sampler_orders is None else np.empty(0, np.int64)
         # One int32 array filled in place: a concatenation and a cast would each copy the plan
         # again (tens of MB at a million samples, at the start-up's peak).
         seq = np.empty(len(rest) + len(upcoming), np.int32)
@@ -460,6 +488,46 @@ class TieredDataset(IterableDataset):
             yield from reader  # a worker cannot see the loop; tierload.watch() measures it
         else:
             yield from self._stall.timed(iter(reader), reader.epoch)
+
+    # ------------------------------------------------------------ random access
+    def __getitem__(self, index: Any) -> tuple[Any, int]:
+        """``(sample, label)`` of sample ``index`` (0 .. ``manifest.num_samples - 1``, or negative
+        from the end), exactly as iteration yields it (host tensors; ``transform`` applied), read
+        through hot -> peer -> warm -> cold (see :mod:`tierload.loader.random_access`).
+
+        Raises:
+            SampleIndexError: ``index`` is not an integer inside the dataset.
+            TierloadError: No tier could serve its block.
+        """
+        return self._sample_reader().sample(index)
+
+    def __getitems__(self, indices: Sequence[Any]) -> list[tuple[Any, int]]:
+        """``[self[i] for i in indices]``, each block read and decoded once.
+
+        Raises:
+            As :meth:`__getitem__`.
+        """
+        return self._sample_reader().samples(indices)
+
+    def map_style(self) -> MapStyleView:
+        """A map-style ``torch.utils.data.Dataset`` over this (started) dataset, for
+        ``DataLoader(view, shuffle=True)`` or any sampler: ``view[i] == self[i]`` and
+        ``len(view) == manifest.num_samples`` (see :class:`~tierload.loader.random_access.MapStyleView`)."""
+        return MapStyleView(self)
+
+    def _sample_reader(self) -> SampleReader:
+        if self._reader is None:
+            if self._endpoint is None:
+                if get_worker_info() is not None:
+                    raise ServiceError("TieredDataset(lazy=True) was not started before the DataLoader started its "
+                                       "workers; call dataset.start() first")
+                self.start()
+            assert self._link is not None, "start() sets the link"
+            if self._decoder is None:
+                self._decoder = self.manifest.decoder(self.config.manifest.label_column, self.columns)
+            self._reader = SampleReader(self.manifest, self._link, self._decoder, self.transform, self._direct_source,
+                                        self.consumer_stats)
+        return self._reader
 
     # ------------------------------------------------------------------ device
     @property

@@ -94,6 +94,14 @@ class NodeAccounting:
             if outcome:
                 target[outcome] += 1
 
+    def count_unplanned_access(self, key: str) -> None:
+        """One access of block ``key`` outside any stream (``ds[i]``): heard by the counts and the
+        policies (a block earns admission by its accesses) and sent to the coordinator like a
+        planned one; not in a trace recording (no epoch plans it). Its counters are tallied by the
+        caller (:mod:`tierload.node.sample_reads`)."""
+        self.accesses.record(key, self.now())
+        self._pending_counts[key] += 1
+
     def tally(self, stream: Stream | None, counts: Mapping[str, int]) -> None:
         """Add ``counts`` to the node's counters and, if given, to ``stream``'s."""
         self.stats.update(counts)

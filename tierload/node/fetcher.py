@@ -148,7 +148,7 @@ class Fetcher:
         fetch = self._inflight[key] = _Fetch(stream, counted, self._catalog.block(key))
         self._loop.spawn(self._fetch, key, fetch)
 
-    def wait_for(self, key: str, stream: Stream, deadline: float) -> int | bytes:
+    def wait_for(self, key: str, stream: Stream | None, deadline: float) -> int | bytes:
         """Wait (the lock released meanwhile) until ``key`` is hot or staged; fetch it if nobody does.
 
         Returns:
@@ -299,6 +299,14 @@ class Fetcher:
                 continue
             tally["peer_bytes"] += len(answer) - HEADER_SIZE
             return raw, digest
+        return None
+
+    def read_above_cold(self, block: Block, tally: Counter) -> tuple[bytes, int, str] | None:
+        """``block`` from a peer's hot tier (when a peer may send it) or the warm tier, blocking, not
+        placed anywhere: ``(raw, checksum, source)``, or None when neither holds it (call without the lock)."""
+        peers = self._peers_may_serve(block)
+        if self._may_be_above_cold(block.key, peers):
+            return self._read_peer_or_warm(block.key, tally, peers)
         return None
 
     def _read_peer_or_warm(self, key: str, tally: Counter, peers: bool = True) -> tuple[bytes, int, str] | None:

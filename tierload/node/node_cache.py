@@ -38,6 +38,7 @@ from tierload.node.coordinator_sync import CoordinatorSync
 from tierload.node.fetcher import ACQUIRE_TIMEOUT_S, TALLY_WAIT_S
 from tierload.node.ownership import TierOwnership, owner_record, sharing_terms
 from tierload.node.parts import node_parts
+from tierload.node.sample_reads import SampleReads
 from tierload.node.stream import Stream
 from tierload.stores.cold.source import ColdSource
 from tierload.stores.control_dir import control_dir
@@ -51,6 +52,8 @@ from tierload.wire.messages import (
     Endpoint,
     HotBlock,
     LoopReport,
+    MemberFrame,
+    SampleRead,
     StreamPlan,
     WireBlock,
 )
@@ -100,6 +103,8 @@ class NodeCache(NodeCacheServiceAPI):
         self._hot = parts.hot
         self._fetcher = parts.fetcher
         self._streams = parts.streams
+        self._sample_reads = SampleReads(self.config, self._cond, self._catalog, self._hot, self._fetcher,
+                                         self._pins, self._accounting)
         self._address = channel_address(node_id, self.hot_dir)
         self._authkey = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
@@ -141,7 +146,7 @@ class NodeCache(NodeCacheServiceAPI):
         self._secret = adopt_key(warm.url if warm is not None else None, self._hot.dirs[-1],
                                  agree=(lambda offered: call(CoordinatorAPI.checksum_key, offered))
                                  if call is not None else None)
-        for part in (self._hot, self._fetcher, self._sync):
+        for part in (self._hot, self._fetcher, self._sync, self._sample_reads):
             if part is not None:
                 part.secret = self._secret
         clear_stale_endpoint(self._hot.dirs[-1])  # a crashed cache's endpoint file and socket
@@ -272,6 +277,17 @@ class NodeCache(NodeCacheServiceAPI):
         with self._cond:
             self._accounting.tally(stream, {"wire_raw_bytes": len(raw), "wire_sent_bytes": len(frame) - HEADER_SIZE})
         return WireBlock(frame)
+
+    def read_sample(self, request: SampleRead) -> HotBlock | WireBlock | MemberFrame:
+        """One sample's block, or its pack member alone, outside any stream (``ds[i]``): see
+        :mod:`tierload.node.sample_reads`.
+
+        Raises:
+            MessageError: ``request`` is not a :class:`SampleRead` of this release.
+            ServiceError: The block is not registered, or no fetch ended in time.
+            TierloadError: The fetch or the ranged cold read failed.
+        """
+        return self._sample_reads.read(request)
 
     def invalidate(self, keys: list[str]) -> int:
         """Drop these blocks from the hot tier and the warm tier (e.g. their source changed).

@@ -20,6 +20,7 @@ COUNTERS = (
     "wire_sent_bytes",      # ... frame payload bytes as sent (zstd or raw; headers not counted)
     "integrity_failures",   # copies dropped because they did not match their checksum
     "fetch_errors",         # fetches that failed (the error reached the consumer if it needed the block)
+    "random_reads",         # samples read outside any stream (ds[i]); each is also one access above
     # Failed cold-tier requests by retry class (tierload.stores.cold.retry.Failure), and those sent again.
     "cold_errors_final", "cold_errors_transient", "cold_errors_throttled", "cold_errors_down",
     "cold_retries_transient", "cold_retries_throttled", "cold_retries_down",

@@ -23,6 +23,8 @@ from tierload.wire.messages import (
     Endpoint,
     HotBlock,
     LoopReport,
+    MemberFrame,
+    SampleRead,
     StreamPlan,
     SyncAnswer,
     SyncReport,
@@ -121,6 +123,12 @@ class NodeCacheAPI(Protocol):
 
     def invalidate(self, keys: list[str]) -> int:
         """Drop ``keys`` from this node's tiers and the warm tier; the number of copies dropped."""
+        ...
+
+    def read_sample(self, request: SampleRead) -> HotBlock | WireBlock | MemberFrame:
+        """One sample's bytes outside any stream (``ds[i]``), through hot, peer, warm, then cold:
+        the hot level holding its block, the block's frame, or (a pack member not cached
+        anywhere) the member's bytes alone, read by one ranged request."""
         ...
 
     def record_trace(self, enabled: bool) -> list[tuple[str, int, int]]:

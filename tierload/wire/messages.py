@@ -13,6 +13,8 @@ both versions instead of a ``KeyError`` deep inside a thread.
     SyncAnswer           coordinator -> node cache  warm admissions and holder-map changes
     Endpoint             node cache -> consumers  where the cache listens (also as a JSON file)
     HotBlock, WireBlock  node cache -> consumer   where an acquired block is: a hot level, or its frame
+    SampleRead           consumer -> node cache   one sample's block (and pack member) for ``ds[i]``
+    MemberFrame          node cache -> consumer   a pack member's bytes, read alone
     ChannelCall          client -> channel server  one call of an interface (tierload.wire.api)
     LoopReport           consumer -> node cache   a rank's stall figures, from a job without Ray
 """
@@ -290,6 +292,43 @@ class WireBlock(Message):
 
     frame: bytes = field(repr=False)
     version: int = 1
+
+
+@dataclass(frozen=True)
+class SampleRead(Message):
+    """One sample wanted now, outside any stream (``ds[i]``): its block, and its member when the
+    block is a pack and the layout decodes a member alone.
+
+    Attributes:
+        dataset_id: The registered dataset the block belongs to.
+        key: The block's tier key.
+        member: Index of the sample's member in the pack (None: the whole block is wanted).
+        version: Shape of this message.
+    """
+
+    dataset_id: str
+    key: str
+    member: int | None = None
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class MemberFrame(Message):
+    """A pack member's bytes, read alone (a ranged read, or cut from a copy above cold).
+
+    Attributes:
+        frame: The member's bytes as a frame (:mod:`tierload.frames.blockfile`) keyed by
+            :func:`member_key` of the block's key and the member.
+        version: Shape of this message.
+    """
+
+    frame: bytes = field(repr=False)
+    version: int = 1
+
+
+def member_key(key: str, member: int) -> str:
+    """The frame key of member ``member`` of the pack ``key`` (its checksum binds both)."""
+    return f"{key}#member-{member}"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from tierload.wire.api import NodeCacheAPI
 from tierload.wire.channel import ChannelClient
-from tierload.wire.messages import DatasetRegistration, Endpoint, HotBlock, LoopReport, StreamPlan, WireBlock
+from tierload.wire.messages import (
+    DatasetRegistration,
+    Endpoint,
+    HotBlock,
+    LoopReport,
+    MemberFrame,
+    SampleRead,
+    StreamPlan,
+    WireBlock,
+)
 from tierload.wire.stats import NodeStats, NodeStatus, StreamStats
 
 
@@ -58,6 +67,9 @@ class NodeCacheClient(NodeCacheAPI):
 
     def invalidate(self, keys: list[str]) -> int:
         return self.channel.call(NodeCacheAPI.invalidate, keys)
+
+    def read_sample(self, request: SampleRead) -> HotBlock | WireBlock | MemberFrame:
+        return self.channel.call(NodeCacheAPI.read_sample, request)
 
     def record_trace(self, enabled: bool) -> list[tuple[str, int, int]]:
         return self.channel.call(NodeCacheAPI.record_trace, enabled)

@@ -244,6 +244,10 @@ class ImageDecoder:
             return [(_checked_image(data), int(self.labels[first]))]
         return PackSamples(data, first, starts, ends, self.labels, _checked_image)
 
+    def decode_member(self, sample_id: int, data: bytes) -> tuple[Any, int]:
+        """Sample ``sample_id`` from its object's bytes alone (a pack member read by itself)."""
+        return _checked_image(data), int(self.labels[sample_id])
+
 
 def _checked_image(data: Any) -> torch.Tensor:
     try:
@@ -275,3 +279,7 @@ class RawDecoder:
         if len(starts) == 1:  # a plain block: its one sample, decoded now
             return [(_raw_bytes(data), int(self.labels[first]))]
         return PackSamples(data, first, starts, ends, self.labels, _raw_bytes)
+
+    def decode_member(self, sample_id: int, data: bytes) -> tuple[Any, int]:
+        """Sample ``sample_id`` from its object's bytes alone (a pack member read by itself)."""
+        return _raw_bytes(data), int(self.labels[sample_id])
