@@ -184,3 +184,37 @@ def test_a_state_is_refused_under_other_weights_for_its_epoch(sources, mixtures)
                Source(sources[1].url, 0.4, "jsonl")]
     with pytest.raises(ConfigError, match=r"\[50, 50\].*\[60, 40\].*curriculum"):
         mixtures(changed, batch_size=4).load_state_dict(state)
+
+
+def test_a_mixture_resumes_at_another_world_size_with_every_remaining_sample_once(sources, mixtures):
+    """Elastic resumption of a mixture (issue 22, item 2): 2 ranks stop after 3 batches each; rank
+    0's state alone resumes the epoch on 3 ranks; together the 5 loops yield epoch 0's global
+    order exactly once (drop_last=False pads the last rank's slice with repeats, no sample lost)."""
+    two = [Source(sources[0].url, 0.7, "files", storage_options=sources[0].storage_options),
+           Source(sources[1].url, 0.3, "jsonl")]
+    first = [mixtures(two, batch_size=4, seed=5, rank=rank, world_size=2) for rank in range(2)]
+    consumed: list[int] = []
+    for dataset in first:
+        loader = iter(DataLoader(dataset, batch_size=4, num_workers=0, collate_fn=list))
+        for _ in range(3):
+            consumed += [int(dataset._mixture.sample_offsets[s]) + local_id(x, s) for x, _, s in next(loader)]
+    state = first[0].state_dict()
+    rest: list[int] = []
+    for rank in range(3):
+        resumed = mixtures(two, batch_size=4, seed=0, rank=rank, world_size=3)
+        resumed.load_state_dict(state)
+        offsets = resumed._mixture.sample_offsets
+        rest += [int(offsets[s]) + local_id(x, s) for x, _, s in
+                 (item for batch in DataLoader(resumed, batch_size=4, num_workers=2, collate_fn=list) for item in batch)]
+    global_order = first[0].global_order(0).tolist()
+    everything = Counter(consumed + rest)
+    assert set(everything) == set(global_order) and len(consumed) == 24
+    assert everything - Counter(global_order) <= Counter(rest)  # any repeat is padding of the new split
+    assert sum((everything - Counter(global_order)).values()) < 3  # at most one pad per new rank
+
+
+def test_a_sampler_over_several_sources_is_refused_with_the_way_that_works(sources, tier_config):
+    from tierload.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"sampler=\[0, 1\] with 2 sources.*weight"):
+        TieredDataset(sources[:2], tier_config(), sampler=[0, 1], lazy=True)
