@@ -59,6 +59,7 @@ from tierload.loader.rank_agreement import check_ranks_agree
 from tierload.loader.resume import ResumeTracker
 from tierload.loader.stall import StallMeter, report_epoch, report_progress
 from tierload.loader.state import STATE_FORMAT, STATE_VERSION, check_state, from_loader_state, is_loader_state
+from tierload.stores.cold.identity import identity_of
 from tierload.stores.cold.location import ColdLocation, canonical_url
 from tierload.stores.cold.source import ColdSource
 from tierload.wire.messages import Endpoint, StreamPlan
@@ -330,7 +331,8 @@ class TieredDataset(IterableDataset):
         del upcoming
         return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest), seq=seq,
                           reuse_gap=self._reuse_gap(), start=start,
-                          lineage=f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}")
+                          lineage=f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}",
+                          identity=identity_of(self._cold))
 
     def _open_stream(self, link: NodeLink, stream_id: str, worker: int, workers: int,
                      plan: Callable[[], StreamPlan]) -> None:

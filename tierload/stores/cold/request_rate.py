@@ -1,0 +1,106 @@
+"""``cold.max_requests_per_s``: a ceiling on the requests one process sends to one store.
+
+A store may allow fewer requests than tierload can send (the Hugging Face Hub blocked a team
+that made 100k requests in a minute; S3 answers ``SlowDown`` past ~5,500 GETs/s per prefix).
+The node cache does every cold read of its node, for every job and DataLoader worker there
+(each dataset's blocks once, whoever asks), so one limit per store in its process holds the
+whole node under it. Every request a :class:`~tierload.stores.cold.source.ColdSource` sends
+takes a turn first: range GETs (:mod:`tierload.stores.cold.async_reads`), blocking reads of
+other stores (:class:`~tierload.stores.cold.backend.ThreadedBackend`), and listings and HEADs
+(:mod:`tierload.stores.cold.retried_call`; a listing's pages inside one call take one turn).
+Retries take turns too: they are requests.
+
+The turns are the generic cell rate algorithm (GCRA, the virtual-scheduling form of ITU-T
+I.371; equivalent to a token bucket of ``burst`` tokens filled at ``rate`` per second): each
+request reserves the earliest send time its predecessors leave it, under one lock, and waits
+for it (``asyncio.sleep`` on an event loop, ``time.sleep`` in a thread). Over any interval of
+``W`` seconds at most ``burst + rate * W`` requests are sent. Without a limit (the default) no
+request pays anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from tierload.stores.cold.source import ColdSource
+
+__all__ = ["BURST_S", "RequestRate", "request_rate_for"]
+
+# Requests sent at once after an idle spell: a tenth of a second's worth (at least one), so a
+# pack's concurrent GETs still leave together while a second's count stays near the rate.
+BURST_S = 0.1
+
+
+class RequestRate:
+    """At most ``burst + rate_per_s * W`` requests in any ``W`` seconds, shared by every thread
+    and event loop of the process.
+
+    Args:
+        rate_per_s: Requests per second (> 0).
+        clock: Monotonic seconds (``time.monotonic``; a test may drive its own).
+
+    Attributes:
+        burst: Requests that may leave at once after an idle spell (``max(1, rate * BURST_S)``).
+    """
+
+    def __init__(self, rate_per_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not rate_per_s > 0:
+            raise ValueError(f"rate_per_s={rate_per_s!r}: give a number of requests per second > 0")
+        self.rate_per_s = float(rate_per_s)
+        self.burst = max(1, int(rate_per_s * BURST_S))
+        self._interval_s = 1.0 / self.rate_per_s
+        self._tolerance_s = (self.burst - 1) * self._interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next_s = float("-inf")  # the theoretical send time of the next request (GCRA's TAT)
+
+    def reserve(self) -> float:
+        """Take the next turn: seconds to wait before sending (0: send now)."""
+        with self._lock:
+            now = self._clock()
+            send_at = max(now, self._next_s - self._tolerance_s)
+            self._next_s = max(self._next_s, send_at) + self._interval_s
+        return send_at - now
+
+    def wait(self) -> None:
+        """Take a turn and sleep in this thread until it comes."""
+        delay = self.reserve()
+        if delay > 0:
+            time.sleep(delay)
+
+    async def wait_async(self) -> None:
+        """Take a turn and await it (the event loop goes on meanwhile)."""
+        delay = self.reserve()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+# (pid, scheme, bucket or host, endpoint, rate) -> its limit: one per store per process, never
+# inherited through fork (a child has another pid).
+_rates: dict[tuple[int, str, str, str, float], RequestRate] = {}
+_rates_lock = threading.Lock()
+
+
+def request_rate_for(source: ColdSource) -> RequestRate | None:
+    """The limit on ``source``'s store in this process, or None when ``cold.max_requests_per_s`` is unset.
+
+    Every source of one store (scheme, bucket or host, endpoint) shares it, whichever job's
+    credentials it holds: the store counts the node's requests, not a job's.
+    """
+    rate = source.config.max_requests_per_s
+    if rate is None:
+        return None
+    parts = urlsplit(source.url)
+    key = (os.getpid(), parts.scheme, parts.netloc, source.location.endpoint_url, float(rate))
+    limit = _rates.get(key)
+    if limit is None:
+        with _rates_lock:
+            limit = _rates.setdefault(key, RequestRate(rate))
+    return limit
