@@ -189,9 +189,9 @@ class NodeCache(NodeCacheServiceAPI):
         use those credentials. Idempotent.
 
         Returns:
-            False if the dataset is new here and the registration names a manifest file this cache
-            cannot map, or one of another dataset (send the blocks instead); True once the dataset
-            is known and the job admitted.
+            False if the registration names a manifest file this cache cannot map, or one of
+            another dataset (send the blocks instead); True once the dataset is known and the job
+            admitted.
 
         Raises:
             MessageError: ``registration`` is not a :class:`DatasetRegistration` of this release.
@@ -205,14 +205,14 @@ class NodeCache(NodeCacheServiceAPI):
             source = self._catalog.source_for(dataset_id, identity) if known else None
             probe = self._catalog.first_block(dataset_id) if known else None
         blocks: list[Block] = []
+        if registration.manifest_path is not None:  # checked even when known: the caller learns the path is no good
+            mapped = _mapped_blocks(registration.manifest_path, dataset_id, blocks=not known)
+            if mapped is None:
+                return False
+            blocks = mapped
+        elif not known:
+            blocks = BlockTable.received(registration.blocks).blocks()
         if not known:
-            if registration.manifest_path is not None:
-                mapped = _mapped_blocks(registration.manifest_path, dataset_id)
-                if mapped is None:
-                    return False
-                blocks = mapped
-            else:
-                blocks = BlockTable.received(registration.blocks).blocks()
             probe = blocks[0] if blocks else None
         if source is None:
             source = ColdSource(registration.cold, self.config.cold)
@@ -477,8 +477,9 @@ class NodeCache(NodeCacheServiceAPI):
             self._accounting.tally(stream, {"integrity_failures": 1})
 
 
-def _mapped_blocks(path: str, dataset_id: str) -> list[Block] | None:
-    """The blocks of the manifest file at ``path`` if it holds ``dataset_id``, else None."""
+def _mapped_blocks(path: str, dataset_id: str, blocks: bool = True) -> list[Block] | None:
+    """The blocks of the manifest file at ``path`` if it holds ``dataset_id`` (an empty list when
+    ``blocks`` is False: only whether it holds them), else None."""
     from tierload.data.manifest import open_manifest
 
     try:
@@ -486,4 +487,6 @@ def _mapped_blocks(path: str, dataset_id: str) -> list[Block] | None:
     except (OSError, ValueError, KeyError) as exc:  # ManifestError is a ValueError
         log.info("manifest %s cannot be mapped here (%s); the blocks will be sent", path, exc)
         return None
-    return manifest.blocks if manifest.dataset_id == dataset_id else None
+    if manifest.dataset_id != dataset_id:
+        return None
+    return manifest.blocks if blocks else []
