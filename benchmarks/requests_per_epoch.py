@@ -91,7 +91,7 @@ def _measure(endpoint: str, run) -> list[dict]:
     out = [{"epoch": "set-up", "gets": setup.get("get_requests", 0), "lists": setup.get("list_requests", 0),
             "heads": setup.get("head_requests", 0), "seconds": "", "peak_gets_per_s": ""}]
     for epoch, ((start, end), counters) in enumerate(zip(spans, rows, strict=True)):
-        gets = read_timeline(endpoint, start - 1, end + 1)["gets"]
+        gets = read_timeline(endpoint, start, end)["gets"]
         peak = max((sum(gets[i:i + 20]) for i in range(max(1, len(gets) - 19))), default=0)
         out.append({"epoch": epoch, "gets": counters.get("get_requests", 0), "lists": counters.get("list_requests", 0),
                     "heads": counters.get("head_requests", 0), "seconds": round(end - start, 2),

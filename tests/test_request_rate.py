@@ -3,7 +3,7 @@ under the limit, counted where they arrive (the fault-injecting proxy in front o
 by timing the test itself.
 
 Bound checked: over the span between the first and the last request that arrived, at most
-``burst + rate * span`` requests (the GCRA's guarantee, :mod:`tierload.stores.cold.request_rate`)
+``1 + rate * span`` requests (the GCRA's guarantee, :mod:`tierload.stores.cold.request_rate`)
 plus one for the jitter between a request's send and its arrival.
 """
 
@@ -23,7 +23,7 @@ from tierload.stores.cold.source import ColdSource
 def within_limit(times: list[float], rate: float) -> tuple[int, float]:
     """``(requests, their bound)`` over the span ``times`` covers."""
     span = max(times) - min(times)
-    return len(times), RequestRate(rate).burst + rate * span + 1
+    return len(times), 1 + rate * span + 1
 
 
 class FakeClock:
@@ -34,15 +34,16 @@ class FakeClock:
         return self.now
 
 
-def test_turns_leave_a_burst_at_once_then_one_per_interval():
+def test_turns_are_one_interval_apart_and_an_idle_spell_saves_none():
     clock = FakeClock()
-    rate = RequestRate(50.0, clock=clock)  # burst: 5 (a tenth of a second's worth)
-    delays = [rate.reserve() for _ in range(8)]
-    assert rate.burst == 5
-    assert delays[:5] == [0.0] * 5 and delays[5:] == pytest.approx([0.02, 0.04, 0.06])
-    clock.now += 10.0  # an idle spell refills the burst, no more
-    assert [rate.reserve() for _ in range(6)] == pytest.approx([0.0] * 5 + [0.02])
-    assert RequestRate(0.5, clock=clock).burst == 1
+    rate = RequestRate(50.0, clock=clock)
+    assert [rate.reserve() for _ in range(4)] == pytest.approx([0.0, 0.02, 0.04, 0.06])
+    clock.now += 0.05  # half-way through the waits: the next turn is after the last one taken
+    assert rate.reserve() == pytest.approx(0.03)
+    clock.now += 10.0  # an idle spell: one request at once, then the interval again (no burst)
+    assert [rate.reserve() for _ in range(3)] == pytest.approx([0.0, 0.02, 0.04])
+    with pytest.raises(ValueError, match="rate_per_s=0"):
+        RequestRate(0)
 
 
 @pytest.mark.parametrize("value", [0, -3, "fast"])

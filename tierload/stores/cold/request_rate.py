@@ -11,11 +11,13 @@ other stores (:class:`~tierload.stores.cold.backend.ThreadedBackend`), and listi
 Retries take turns too: they are requests.
 
 The turns are the generic cell rate algorithm (GCRA, the virtual-scheduling form of ITU-T
-I.371; equivalent to a token bucket of ``burst`` tokens filled at ``rate`` per second): each
-request reserves the earliest send time its predecessors leave it, under one lock, and waits
-for it (``asyncio.sleep`` on an event loop, ``time.sleep`` in a thread). Over any interval of
-``W`` seconds at most ``burst + rate * W`` requests are sent. Without a limit (the default) no
-request pays anything.
+I.371; a token bucket filled at ``rate`` per second that holds one token): each request
+reserves the earliest send time its predecessors leave it, ``1 / rate`` seconds after the
+previous one, under one lock, and waits for it (``asyncio.sleep`` on an event loop,
+``time.sleep`` in a thread). So over any interval of ``W`` seconds at most ``1 + rate * W``
+requests are sent: no burst above the rate after an idle spell, as a store's per-second
+accounting would see one. The lock is taken once per request only when a limit is set, and
+then at most ``rate`` times a second; without a limit (the default) no request pays anything.
 """
 
 from __future__ import annotations
@@ -31,42 +33,36 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     from tierload.stores.cold.source import ColdSource
 
-__all__ = ["BURST_S", "RequestRate", "request_rate_for"]
-
-# Requests sent at once after an idle spell: a tenth of a second's worth (at least one), so a
-# pack's concurrent GETs still leave together while a second's count stays near the rate.
-BURST_S = 0.1
+__all__ = ["RequestRate", "request_rate_for"]
 
 
 class RequestRate:
-    """At most ``burst + rate_per_s * W`` requests in any ``W`` seconds, shared by every thread
-    and event loop of the process.
+    """At most ``1 + rate_per_s * W`` requests in any ``W`` seconds, shared by every thread and
+    event loop of the process.
 
     Args:
         rate_per_s: Requests per second (> 0).
         clock: Monotonic seconds (``time.monotonic``; a test may drive its own).
 
-    Attributes:
-        burst: Requests that may leave at once after an idle spell (``max(1, rate * BURST_S)``).
+    Raises:
+        ValueError: ``rate_per_s`` is not > 0 (the config refuses it first, as a ConfigError).
     """
 
     def __init__(self, rate_per_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         if not rate_per_s > 0:
             raise ValueError(f"rate_per_s={rate_per_s!r}: give a number of requests per second > 0")
         self.rate_per_s = float(rate_per_s)
-        self.burst = max(1, int(rate_per_s * BURST_S))
         self._interval_s = 1.0 / self.rate_per_s
-        self._tolerance_s = (self.burst - 1) * self._interval_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._next_s = float("-inf")  # the theoretical send time of the next request (GCRA's TAT)
+        self._next_s = float("-inf")  # the earliest send time of the next request (GCRA's TAT)
 
     def reserve(self) -> float:
         """Take the next turn: seconds to wait before sending (0: send now)."""
         with self._lock:
             now = self._clock()
-            send_at = max(now, self._next_s - self._tolerance_s)
-            self._next_s = max(self._next_s, send_at) + self._interval_s
+            send_at = max(now, self._next_s)
+            self._next_s = send_at + self._interval_s
         return send_at - now
 
     def wait(self) -> None:
