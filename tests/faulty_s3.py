@@ -5,7 +5,9 @@ request whether to answer with an S3 error instead, to cut the body short, to sl
 never to answer it. :meth:`FaultyS3.refuse_connections_for` closes the port for a while (an
 endpoint outage: connections refused). It also counts the GETs it receives per object key, and
 the access key id every signed request carries (moto accepts any key: this is how a test proves
-which credentials a process used). Tests get one through the ``faulty_s3`` fixture
+which credentials a process used); ``refused_on_prefix`` answers one key's requests under a prefix
+with 403 AccessDenied, as an IAM policy would, and ``request_times`` records when every request
+arrived (a request-rate limit is checked on them). Tests get one through the ``faulty_s3`` fixture
 (tests/conftest.py).
 """
 

@@ -3,7 +3,7 @@ under the limit, counted where they arrive (the fault-injecting proxy in front o
 by timing the test itself.
 
 Bound checked: over the span between the first and the last request that arrived, at most
-``1 + rate * span`` requests (the GCRA's guarantee, :mod:`tierload.stores.cold.request_rate`)
+``2 + rate * span`` requests (the limit's guarantee, :mod:`tierload.stores.cold.request_rate`)
 plus one for the jitter between a request's send and its arrival.
 """
 
@@ -23,7 +23,7 @@ from tierload.stores.cold.source import ColdSource
 def within_limit(times: list[float], rate: float) -> tuple[int, float]:
     """``(requests, their bound)`` over the span ``times`` covers."""
     span = max(times) - min(times)
-    return len(times), 1 + rate * span + 1
+    return len(times), 2 + rate * span + 1
 
 
 class FakeClock:
@@ -44,6 +44,17 @@ def test_turns_are_one_interval_apart_and_an_idle_spell_saves_none():
     assert [rate.reserve() for _ in range(3)] == pytest.approx([0.0, 0.02, 0.04])
     with pytest.raises(ValueError, match="rate_per_s=0"):
         RequestRate(0)
+
+
+def test_a_request_that_wakes_late_takes_a_new_turn_instead_of_leaving_with_the_others():
+    clock = FakeClock()
+    rate = RequestRate(10.0, clock=clock)
+    rate.reserve()  # the turn at 100.0 is taken
+    turn = clock.now + rate.reserve()  # 100.1
+    clock.now = turn + 0.05  # woke within an interval of its turn: it sends
+    assert not rate._missed(turn)
+    clock.now = turn + 0.5  # held up past the next turns: it must not leave with those due now
+    assert rate._missed(turn) and rate.reserve() == 0.0 and rate.reserve() == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("value", [0, -3, "fast"])

@@ -14,8 +14,11 @@ The turns are the generic cell rate algorithm (GCRA, the virtual-scheduling form
 I.371; a token bucket filled at ``rate`` per second that holds one token): each request
 reserves the earliest send time its predecessors leave it, ``1 / rate`` seconds after the
 previous one, under one lock, and waits for it (``asyncio.sleep`` on an event loop,
-``time.sleep`` in a thread). So over any interval of ``W`` seconds at most ``1 + rate * W``
-requests are sent: no burst above the rate after an idle spell, as a store's per-second
+``time.sleep`` in a thread). A request that wakes more than ``1 / rate`` seconds after its
+turn (its event loop or thread was held up: the GIL, a busy loop) gives that turn up and takes
+the next free one, so requests held up together never leave together. So over any interval of
+``W`` seconds at most ``2 + rate * W`` requests are sent (a turn's own interval of lateness
+allowed): no burst above the rate after an idle spell or a stall, as a store's per-second
 accounting would see one. The lock is taken once per request only when a limit is set, and
 then at most ``rate`` times a second; without a limit (the default) no request pays anything.
 """
@@ -37,7 +40,7 @@ __all__ = ["RequestRate", "request_rate_for"]
 
 
 class RequestRate:
-    """At most ``1 + rate_per_s * W`` requests in any ``W`` seconds, shared by every thread and
+    """At most ``2 + rate_per_s * W`` requests in any ``W`` seconds, shared by every thread and
     event loop of the process.
 
     Args:
@@ -65,17 +68,31 @@ class RequestRate:
             self._next_s = send_at + self._interval_s
         return send_at - now
 
+    def _missed(self, turn_s: float) -> bool:
+        """Whether a request whose turn was at ``turn_s`` woke too late to send on it."""
+        return self._clock() - turn_s > self._interval_s
+
     def wait(self) -> None:
-        """Take a turn and sleep in this thread until it comes."""
-        delay = self.reserve()
-        if delay > 0:
+        """Take a turn and sleep in this thread until it comes (a missed turn: the next free one)."""
+        while True:
+            delay = self.reserve()
+            if delay <= 0:
+                return
+            turn_s = self._clock() + delay
             time.sleep(delay)
+            if not self._missed(turn_s):
+                return
 
     async def wait_async(self) -> None:
-        """Take a turn and await it (the event loop goes on meanwhile)."""
-        delay = self.reserve()
-        if delay > 0:
+        """Take a turn and await it, the event loop going on meanwhile (a missed turn: the next free one)."""
+        while True:
+            delay = self.reserve()
+            if delay <= 0:
+                return
+            turn_s = self._clock() + delay
             await asyncio.sleep(delay)
+            if not self._missed(turn_s):
+                return
 
 
 # (pid, scheme, bucket or host, endpoint, rate) -> its limit: one per store per process, never
