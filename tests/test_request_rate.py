@@ -96,3 +96,14 @@ def test_a_real_epoch_through_the_node_cache_stays_under_the_limit(s3, bucket, t
         assert sum(proxy.faults.gets.values()) == objects  # each block once, from the node cache
         count, bound = within_limit(epoch, rate)
         assert objects <= count <= bound
+
+
+def test_each_page_of_a_listing_takes_a_turn(s3, bucket):
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 24, size=10, classes=12)  # 12 folders: 13 ListObjectsV2 requests
+    rate = 10.0
+    with FaultyS3(s3.endpoint_url) as proxy:
+        config = load_config({"cold": {"max_requests_per_s": rate, "storage_options": proxied(s3, proxy)}}).cold
+        assert len(ColdSource(f"s3://{name}/ds", config).list_objects()) == 24
+        count, bound = within_limit(proxy.faults.request_times, rate)
+        assert count == 13 and count <= bound  # 13 folders' pages, all at once without the limit

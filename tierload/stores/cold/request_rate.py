@@ -6,9 +6,11 @@ The node cache does every cold read of its node, for every job and DataLoader wo
 (each dataset's blocks once, whoever asks), so one limit per store in its process holds the
 whole node under it. Every request a :class:`~tierload.stores.cold.source.ColdSource` sends
 takes a turn first: range GETs (:mod:`tierload.stores.cold.async_reads`), blocking reads of
-other stores (:class:`~tierload.stores.cold.backend.ThreadedBackend`), and listings and HEADs
-(:mod:`tierload.stores.cold.retried_call`; a listing's pages inside one call take one turn).
-Retries take turns too: they are requests.
+other stores (:class:`~tierload.stores.cold.backend.ThreadedBackend`), each page of an S3
+listing (:func:`~tierload.stores.cold.listing.list_s3`), and every listing or HEAD call
+(:mod:`tierload.stores.cold.retried_call`: a HEAD is one request; an S3 listing's call takes one
+turn besides its pages', erring on the side of fewer requests). Retries take turns too: they
+are requests.
 
 The turns are the generic cell rate algorithm (GCRA, the virtual-scheduling form of ITU-T
 I.371; a token bucket filled at ``rate`` per second that holds one token): each request
