@@ -5,7 +5,9 @@ request whether to answer with an S3 error instead, to cut the body short, to sl
 never to answer it. :meth:`FaultyS3.refuse_connections_for` closes the port for a while (an
 endpoint outage: connections refused). It also counts the GETs it receives per object key, and
 the access key id every signed request carries (moto accepts any key: this is how a test proves
-which credentials a process used). Tests get one through the ``faulty_s3`` fixture
+which credentials a process used); ``refused_on_prefix`` answers one key's requests under a prefix
+with 403 AccessDenied, as an IAM policy would, and ``request_times`` records when every request
+arrived (a request-rate limit is checked on them). Tests get one through the ``faulty_s3`` fixture
 (tests/conftest.py).
 """
 
@@ -15,6 +17,7 @@ import asyncio
 import random
 import re
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -75,6 +78,11 @@ class Faults:
     first_byte_s: float = 0.0                                    # sleep before forwarding every GET
     mix: FaultMix | None = None                                  # random faults on every GET
     allowed_access_keys: set[str] = field(default_factory=set)  # if set, other signed requests: 403
+    # access key id -> "bucket/prefix": its signed requests under that prefix (objects, HEADs, listings)
+    # are answered 403 AccessDenied, as an IAM policy that denies the key the prefix would
+    refused_on_prefix: dict[str, str] = field(default_factory=dict)
+    refused: Counter = field(default_factory=Counter)           # requests refused so, per access key id
+    request_times: list[float] = field(default_factory=list)    # time.monotonic() of every request received
     access_keys: Counter = field(default_factory=Counter)       # signed requests per access key id
     gets: Counter = field(default_factory=Counter)
     clients: Counter = field(default_factory=Counter)            # GETs per (user agent's first word, signed?)
@@ -101,7 +109,15 @@ class FaultyS3:
     def _object_key(self, request: web.Request) -> str:
         return request.path.lstrip("/").split("/", 1)[-1]
 
+    def _target(self, request: web.Request) -> str:
+        """``bucket/key`` a request names: its object, or for a listing its bucket and ``prefix``."""
+        path = request.path.lstrip("/")
+        if "list-type" in request.query or ("/" not in path.rstrip("/") and "prefix" in request.query):
+            return f"{path.rstrip('/')}/{request.query.get('prefix', '')}"
+        return path
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.faults.request_times.append(time.monotonic())
         key = self._object_key(request)
         is_get = request.method == "GET" and "list-type" not in request.query and key and "/" in request.path[1:]
         signed_by = _ACCESS_KEY.search(request.headers.get("Authorization", ""))
@@ -111,6 +127,12 @@ class FaultyS3:
                 body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code>'
                         b"<Message>The AWS Access Key Id you provided does not exist in our records.</Message>"
                         b"</Error>")
+                return web.Response(status=403, body=body, content_type="application/xml")
+            prefix = self.faults.refused_on_prefix.get(signed_by.group(1))
+            if prefix is not None and self._target(request).startswith(prefix):
+                self.faults.refused[signed_by.group(1)] += 1
+                body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+                        b"<Message>Access Denied</Message></Error>")
                 return web.Response(status=403, body=body, content_type="application/xml")
         if not is_get:
             return await self._forward(request, key, is_get)

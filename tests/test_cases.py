@@ -23,6 +23,7 @@ from faulty_s3 import FaultyS3
 from helpers import put_indexed_objects
 
 from tierload.errors import CredentialsExpiredError
+from tierload.stores.cold.identity import identity_of
 from tierload.wire.messages import Endpoint, StreamPlan
 
 
@@ -158,7 +159,8 @@ def test_b10_eight_processes_one_cold_fetch(s3, bucket, tier_config, make_datase
         dataset = make_dataset(f"s3://{name}/big", tier_config(), layout="files",
                                storage_options=proxied(s3, proxy))
         block = dataset.manifest.blocks[0]
-        plan = StreamPlan(dataset_id=dataset.manifest.dataset_id, epoch=0, seq=[0], consume_len=1)
+        plan = StreamPlan(dataset_id=dataset.manifest.dataset_id, epoch=0, seq=[0], consume_len=1,
+                          identity=identity_of(dataset._cold))
         with multiprocessing.get_context("fork").Pool(8) as pool:
             results = [pool.apply_async(_single_reader, (dataset._endpoint, f"b10-{i}", plan, block.key, i * 0.15))
                        for i in range(8)]

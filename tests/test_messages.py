@@ -15,6 +15,7 @@ from tierload.config.loading import load_config
 from tierload.data.blocks import Block
 from tierload.errors import MessageError, MethodNotAllowedError
 from tierload.node.node_cache import NodeCache
+from tierload.stores.cold.identity import identity_of
 from tierload.stores.cold.location import ColdLocation
 from tierload.stores.cold.source import ColdSource
 from tierload.wire.api import ACTOR_METHODS, CHANNEL_METHODS, COORDINATOR_METHODS, NodeCacheAPI, NodeCacheServiceAPI
@@ -140,9 +141,12 @@ def test_the_node_cache_channel_serves_only_its_allow_list(node_cache):
             client.call(NodeCacheAPI.register_dataset, dataclasses.replace(
                 DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS)), version=2))
         typed = NodeCacheClient(endpoint.address, endpoint.authkey)  # the typed client consumers use
-        assert typed.register_dataset(DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS))) is True
+        # BLOCKS' own store (file://): no access check, which an S3 LOCATION at port 9 could not pass.
+        local = ColdLocation("file:///data")
+        assert typed.register_dataset(DatasetRegistration("d", local, BlockTable.of(BLOCKS))) is True
         assert typed.has_dataset("d") is True
-        assert typed.open_stream("s", 0, 1, StreamPlan(dataset_id="d", epoch=0, seq=[0], consume_len=0))
+        assert typed.open_stream("s", 0, 1, StreamPlan(dataset_id="d", epoch=0, seq=[0], consume_len=0,
+                                                       identity=identity_of(local)))
         # Stats cross as typed messages; to_dict() is the documented plain shape (cache_stats, status --json).
         stats, (stream,) = typed.stats(), typed.stream_stats("d")
         assert isinstance(stats, NodeStats) and stats.node_id == "n1" and stats.pid == os.getpid()

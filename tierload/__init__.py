@@ -10,6 +10,7 @@ The public API::
 from tierload.config.loading import load_config
 from tierload.config.models import TierloadConfig
 from tierload.errors import (
+    AccessDeniedError,
     BackendError,
     BucketNotFoundError,
     CapacityError,
@@ -43,6 +44,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'tierload' has no attribute {name!r}")
 
 __all__ = [
+    "AccessDeniedError",
     "BackendError",
     "BucketNotFoundError",
     "CapacityError",

@@ -17,6 +17,7 @@ would naturally catch, so ``except ValueError`` still works for bad config::
     │   ├── SourceNotFoundError            the object or prefix does not exist
     │   ├── SourceChangedError             the object's version (ETag) differs from the manifest
     │   ├── CredentialsExpiredError        the cold tier rejected expired credentials
+    │   ├── AccessDeniedError              the cold tier refused these credentials on the object or prefix
     │   └── TransientBackendError          throttling, reset, 5xx: safe to retry
     ├── ManifestError(ValueError)          the dataset cannot be described (empty prefix, bad layout)
     │   └── ManifestMismatchError          ranks of one job listed different contents (torch.distributed)
@@ -139,6 +140,11 @@ class SourceChangedError(BackendError):
 
 class CredentialsExpiredError(BackendError, PermissionError):
     """The cold tier rejected the credentials as expired (e.g. S3 ``ExpiredToken``)."""
+
+
+class AccessDeniedError(BackendError, PermissionError):
+    """The cold tier refused the credentials on the dataset's object or prefix (S3 ``AccessDenied``,
+    ``InvalidAccessKeyId``); a node cache refuses that job its cached blocks of the dataset too."""
 
 
 class TransientBackendError(BackendError):

@@ -74,6 +74,9 @@ class ColdConfig(_Frozen):
     outage_budget_s: float = Field(default=60.0, ge=0)
     # Requests to the cold tier in flight at once per process (async I/O, not one thread each).
     max_in_flight: int = Field(default=256, ge=1, le=4096)
+    # Requests per second to one store (bucket or host) from one process, every job's and retry
+    # included: the node cache sends all of a node's (tierload.stores.cold.request_rate). None: no limit.
+    max_requests_per_s: float | None = Field(default=None, gt=0)
     # S3 range GETs signed as botocore signs them and sent on one shared pool of kept-alive
     # connections (a small fraction of aiobotocore's CPU per request); False: every GET through aiobotocore.
     lean_gets: bool = True

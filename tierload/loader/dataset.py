@@ -74,6 +74,7 @@ from tierload.loader.state import (
     state_chain,
 )
 from tierload.loader.warm_resume import WARM_SUFFIX, close_warm_stream, open_warm_stream
+from tierload.stores.cold.identity import identity_of
 from tierload.stores.cold.location import ColdLocation, canonical_url
 from tierload.stores.cold.source import ColdSource
 from tierload.wire.messages import Endpoint, StreamPlan
@@ -437,7 +438,8 @@ class TieredDataset(IterableDataset):
         del upcoming
         return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest), seq=seq,
                           reuse_gap=self._reuse_gap(), start=start,
-                          lineage=f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}")
+                          lineage=f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}",
+                          identity=identity_of(self._cold))
 
     def _open_stream(self, link: NodeLink, stream_id: str, worker: int, workers: int,
                      plan: Callable[[], StreamPlan]) -> None:

@@ -22,16 +22,21 @@ REJOIN_WAIT_S = 30.0
 
 
 def register_dataset(link: NodeLink, manifest: Manifest, manifest_path: Path | None, cold: ColdLocation) -> None:
-    """Make the dataset known to the node cache behind ``link`` (nothing to do if it is).
+    """Make the dataset known to the node cache behind ``link``, and this job admitted to it.
+
+    Sent even when the cache knows the dataset (another job registered it): the cache checks this
+    job's right to read with ``cold``'s credentials and reads for its streams with them
+    (:mod:`tierload.node.access`); then only the location travels, not the blocks.
 
     Args:
         link: The node cache.
         manifest: The dataset's manifest.
         manifest_path: Its cached file on this node (the cache maps it), or None.
-        cold: The dataset's cold location.
+        cold: The dataset's cold location, with this job's credentials.
+
+    Raises:
+        AccessDeniedError: The cold tier refused this job's credentials on the dataset.
     """
-    if link.call(lambda cache: cache.has_dataset(manifest.dataset_id)):
-        return
     by_file = DatasetRegistration(manifest.dataset_id, cold, BlockTable.of([]), manifest_path=str(manifest_path))
     if manifest_path is not None and link.call(lambda cache: cache.register_dataset(by_file)):
         return  # the cache mapped the same manifest file

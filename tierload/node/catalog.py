@@ -17,6 +17,8 @@ class _Dataset:
     blocks: list[Block]
     source: ColdSource
     sizes: np.ndarray = field(init=False)
+    # identity -> the cold source with that job's credentials (tierload.stores.cold.identity)
+    sources: dict[str, ColdSource] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.sizes = np.fromiter((block.length for block in self.blocks), dtype=np.int64, count=len(self.blocks))
@@ -47,6 +49,25 @@ class BlockCatalog:
             self._blocks[block.key] = block
             self.key_owners[block.key].append((dataset_id, index))
 
+    def add_identity(self, dataset_id: str, identity: str, source: ColdSource) -> None:
+        """Read a registered dataset's blocks with ``source`` for streams of ``identity`` (the first
+        source given for an identity stays)."""
+        self._datasets[dataset_id].sources.setdefault(identity, source)
+
+    def source_for(self, dataset_id: str, identity: str) -> ColdSource | None:
+        """The cold source of ``identity`` for a registered dataset, or None if it never registered it."""
+        dataset = self._datasets.get(dataset_id)
+        return dataset.sources.get(identity) if dataset is not None else None
+
+    def first_source_url(self, dataset_id: str) -> str:
+        """The prefix URL a registered dataset was first registered with (named in errors)."""
+        return self._datasets[dataset_id].source.url
+
+    def first_block(self, dataset_id: str) -> Block | None:
+        """A registered dataset's first block (what a job's access check reads), or None when it has none."""
+        blocks = self._datasets[dataset_id].blocks
+        return blocks[0] if blocks else None
+
     def num_blocks(self, dataset_id: str) -> int:
         """Blocks of a registered dataset."""
         return len(self._datasets[dataset_id].blocks)
@@ -63,9 +84,20 @@ class BlockCatalog:
         """The block with this key, or None if no registered dataset has it."""
         return self._blocks.get(key)
 
-    def source_of(self, key: str) -> ColdSource:
-        """The cold source of the first dataset that registered ``key``."""
-        return self._datasets[self.key_owners[key][0][0]].source
+    def source_of(self, key: str, identity: str | None = None) -> ColdSource:
+        """The cold source ``key`` is read with: that of ``identity`` (the job whose stream asks) for
+        the first dataset it registered that holds ``key`` under its prefix, else the first
+        registered dataset's."""
+        owners = self.key_owners[key]
+        if identity is not None:
+            url = self._blocks[key].url
+            for dataset_id, _ in owners:
+                own = self._datasets[dataset_id].sources.get(identity)
+                # A mixture's joined registration carries its first source's location: its other
+                # sources' blocks are read with the source the job registered them under.
+                if own is not None and _holds(own.url, url):
+                    return own
+        return self._datasets[owners[0][0]].source
 
     def read_cold(self, key: str, tally: dict | None = None) -> bytes:
         """The raw bytes of block ``key`` from its cold source (a pack's members concurrently).
@@ -77,6 +109,12 @@ class BlockCatalog:
         """
         return read_cold(self.source_of(key), self._blocks[key], tally)
 
-    async def read_cold_async(self, key: str, tally: dict | None = None) -> bytes:
-        """:meth:`read_cold`, awaitable on the node cache's fetch loop."""
-        return await read_cold_async(self.source_of(key), self._blocks[key], tally)
+    async def read_cold_async(self, key: str, tally: dict | None = None, identity: str | None = None) -> bytes:
+        """:meth:`read_cold`, awaitable on the node cache's fetch loop, with ``identity``'s
+        credentials where that job registered the block's dataset (:meth:`source_of`)."""
+        return await read_cold_async(self.source_of(key, identity), self._blocks[key], tally)
+
+
+def _holds(prefix: str, url: str) -> bool:
+    """Whether object ``url`` lies under the cold prefix ``prefix``."""
+    return url == prefix or url.startswith(prefix.rstrip("/") + "/")

@@ -67,6 +67,11 @@ class _Fetch:
     block: Block | None
 
 
+def _identity(fetch: _Fetch) -> str | None:
+    """The identity whose credentials read a fetch's block from cold: its stream's job's (None: no stream)."""
+    return fetch.stream.identity if fetch.stream is not None else None
+
+
 @dataclass
 class _Done:
     """A finished fetch, waiting to be handed back (with the next batch) under the lock."""
@@ -215,12 +220,13 @@ class Fetcher:
             started = time.perf_counter()
             try:
                 found = await self._read_above_cold(key, fetch.block, tally)
-                level = None if found is not None else await self._stream_from_cold(key, fetch.block, tally)
+                level = None if found is not None else await self._stream_from_cold(key, fetch.block, tally,
+                                                                                    _identity(fetch))
                 if level is not None:
                     raw, source = b"", "cold"
                     seconds = time.perf_counter() - started  # the cold reads and the file writes they overlap
                 else:
-                    raw, digest, source = found or await self._read_cold(key, tally)
+                    raw, digest, source = found or await self._read_cold(key, tally, _identity(fetch))
                     seconds = time.perf_counter() - started
                     level = await self._blocking_call(self._settle, key, raw, digest, source)
             except asyncio.CancelledError:
@@ -350,12 +356,13 @@ class Fetcher:
             return await self._blocking_call(self._read_peer_or_warm, key, tally, peers)
         return None
 
-    async def _read_cold(self, key: str, tally: Counter) -> tuple[bytes, int, str]:
-        """The whole block from cold: ``(raw, checksum, "cold")``."""
-        raw = await self._catalog.read_cold_async(key, tally)
+    async def _read_cold(self, key: str, tally: Counter, identity: str | None = None) -> tuple[bytes, int, str]:
+        """The whole block from cold, with ``identity``'s credentials: ``(raw, checksum, "cold")``."""
+        raw = await self._catalog.read_cold_async(key, tally, identity)
         return raw, checksum(raw, self.secret), "cold"
 
-    async def _stream_from_cold(self, key: str, block: Block, tally: Counter) -> int | None:
+    async def _stream_from_cold(self, key: str, block: Block, tally: Counter,
+                                identity: str | None = None) -> int | None:
         """A large block straight from cold into a hot level's file, a request at a time
         (:mod:`tierload.node.streamed_fetch`); its level, or None when it is not streamed.
 
@@ -375,7 +382,7 @@ class Fetcher:
             return None
         index, temp = reserved
         try:
-            await stream_block_to_file(self._catalog.source_of(key), block, temp, self.secret, tally,
+            await stream_block_to_file(self._catalog.source_of(key, identity), block, temp, self.secret, tally,
                                        self._blocking_call, shared=self.config.hot.shared)
         except OSError as exc:
             if isinstance(exc, TierloadError):  # the cold read failed (tierload's errors are OSErrors too)

@@ -34,12 +34,14 @@ from tierload.frames.blockfile import HEADER_SIZE, FrameFormat, encode_frame, pa
 from tierload.frames.checksum_key import adopt_key
 from tierload.metrics.exporter import PeriodicExporter
 from tierload.metrics.samples import LeadClock, Sample, node_samples, rank_samples
+from tierload.node.access import AccessGate
 from tierload.node.coordinator_sync import CoordinatorSync
 from tierload.node.fetcher import ACQUIRE_TIMEOUT_S, TALLY_WAIT_S
 from tierload.node.ownership import TierOwnership, owner_record, sharing_terms
 from tierload.node.parts import node_parts
 from tierload.node.sample_reads import SampleReads
 from tierload.node.stream import Stream
+from tierload.stores.cold.identity import identity_of
 from tierload.stores.cold.source import ColdSource
 from tierload.stores.control_dir import control_dir
 from tierload.stores.tier_writes import open_warm_or_none
@@ -98,6 +100,7 @@ class NodeCache(NodeCacheServiceAPI):
         self._cond = parts.cond  # the one lock; every part is handed it
         self._pins = parts.pins
         self._catalog = parts.catalog
+        self._access = AccessGate()  # which jobs may be served which dataset (checked with their credentials)
         self._accounting = parts.accounting
         self._sync = parts.sync
         self._hot = parts.hot
@@ -186,26 +189,45 @@ class NodeCache(NodeCacheServiceAPI):
             return dataset_id in self._catalog
 
     def register_dataset(self, registration: DatasetRegistration) -> bool:
-        """Tell the cache the blocks of a dataset (once per dataset; idempotent).
+        """Tell the cache the blocks of a dataset (the first registration) and admit the registering
+        job's identity to it: every job registers, and is checked once with its own credentials
+        (:mod:`tierload.node.access`) before any stream of it is opened; its streams' cold reads
+        use those credentials. Idempotent.
 
         Returns:
             False if the registration names a manifest file this cache cannot map, or one of
-            another dataset (send the blocks instead); True once the dataset is known.
+            another dataset (send the blocks instead); True once the dataset is known and the job
+            admitted.
 
         Raises:
             MessageError: ``registration`` is not a :class:`DatasetRegistration` of this release.
+            AccessDeniedError: The cold tier refused the job's credentials on the dataset.
+            BackendError: The access check could not be made (the job is not admitted).
         """
         registration = DatasetRegistration.received(registration)
-        if registration.manifest_path is not None:
-            blocks = _mapped_blocks(registration.manifest_path, registration.dataset_id)
-            if blocks is None:
-                return False
-        else:
-            blocks = BlockTable.received(registration.blocks).blocks()
-        source = ColdSource(registration.cold, self.config.cold)
-        source.prepare()  # the client made now: the epoch's first fetch sends its GET at once
+        dataset_id, identity = registration.dataset_id, identity_of(registration.cold)
         with self._cond:
-            self._catalog.add(registration.dataset_id, blocks, source)
+            known = dataset_id in self._catalog
+            source = self._catalog.source_for(dataset_id, identity) if known else None
+            probe = self._catalog.first_block(dataset_id) if known else None
+        blocks: list[Block] = []
+        if registration.manifest_path is not None:  # checked even when known: the caller learns the path is no good
+            mapped = _mapped_blocks(registration.manifest_path, dataset_id, blocks=not known)
+            if mapped is None:
+                return False
+            blocks = mapped
+        elif not known:
+            blocks = BlockTable.received(registration.blocks).blocks()
+        if not known:
+            probe = blocks[0] if blocks else None
+        if source is None:
+            source = ColdSource(registration.cold, self.config.cold)
+            source.prepare()  # the client made now: the epoch's first fetch sends its GET at once
+        self._access.admit(dataset_id, identity, source, probe)  # AccessDeniedError: nothing is registered
+        with self._cond:
+            if not known:
+                self._catalog.add(dataset_id, blocks, source)
+            self._catalog.add_identity(dataset_id, identity, source)
         return True
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
@@ -223,10 +245,16 @@ class NodeCache(NodeCacheServiceAPI):
 
         Raises:
             ServiceError: The plan names a dataset that was never registered.
+            AccessDeniedError: The plan's identity was not admitted to its dataset here.
             MessageError: ``plan`` is not a :class:`StreamPlan` of this release.
         """
         if plan is not None:
             plan = StreamPlan.received(plan)
+            with self._cond:
+                known = plan.dataset_id in self._catalog
+                url = self._catalog.first_source_url(plan.dataset_id) if known else ""
+            if known:  # an unknown dataset: the stream table's ServiceError asks the job to register it
+                self._access.require(plan.dataset_id, plan.identity, url)
         if plan is not None and self._sync is not None:
             try:
                 self._sync.flush()  # an up-to-date holder map before the epoch's first fetches
@@ -458,8 +486,9 @@ class NodeCache(NodeCacheServiceAPI):
             self._accounting.tally(stream, {"integrity_failures": 1})
 
 
-def _mapped_blocks(path: str, dataset_id: str) -> list[Block] | None:
-    """The blocks of the manifest file at ``path`` if it holds ``dataset_id``, else None."""
+def _mapped_blocks(path: str, dataset_id: str, blocks: bool = True) -> list[Block] | None:
+    """The blocks of the manifest file at ``path`` if it holds ``dataset_id`` (an empty list when
+    ``blocks`` is False: only whether it holds them), else None."""
     from tierload.data.manifest import open_manifest
 
     try:
@@ -467,4 +496,6 @@ def _mapped_blocks(path: str, dataset_id: str) -> list[Block] | None:
     except (OSError, ValueError, KeyError) as exc:  # ManifestError is a ValueError
         log.info("manifest %s cannot be mapped here (%s); the blocks will be sent", path, exc)
         return None
-    return manifest.blocks if manifest.dataset_id == dataset_id else None
+    if manifest.dataset_id != dataset_id:
+        return None
+    return manifest.blocks if blocks else []

@@ -55,6 +55,7 @@ class Stream:
         self.window_bytes = 0
         self.stats: dict[str, int] = {}  # the node cache's counters of this stream (cache/stats.py)
         self.lineage = stream_id  # same for every epoch of one (dataset, seed, rank, world size)
+        self.identity = ""  # whose credentials read its blocks from cold (tierload.stores.cold.identity)
 
     @property
     def cursor(self) -> int:

@@ -96,6 +96,7 @@ class StreamTable:
                             num_consumers, self._catalog.num_blocks(plan.dataset_id), plan.reuse_gap, plan.start)
             stream.stats = new_stats()
             stream.lineage = plan.lineage or stream_id
+            stream.identity = plan.identity
             self._forget_ghost(stream.lineage)
             self._streams[stream_id] = stream
             self._streams_by_dataset[stream.dataset_id].append(stream)

@@ -8,7 +8,7 @@ tierload releases that disagree fail with a :class:`~tierload.errors.MessageErro
 both versions instead of a ``KeyError`` deep inside a thread.
 
     StreamPlan           consumer -> node cache   a rank's block sequence for one epoch
-    DatasetRegistration  consumer -> node cache   a dataset's cold location; its manifest file or BlockTable
+    DatasetRegistration  consumer -> node cache   a dataset's cold location, this job's; its manifest file or BlockTable
     SyncReport           node cache -> coordinator  what the node learned since its last sync
     SyncAnswer           coordinator -> node cache  warm admissions and holder-map changes
     Endpoint             node cache -> consumers  where the cache listens (also as a JSON file)
@@ -72,8 +72,14 @@ class StreamPlan(Message):
         reuse_gap: A block needed again within this many positions continues its run.
         start: First position still to be consumed (a resumed iteration skips the rest).
         lineage: Same for every epoch of one (dataset, seed, rank, world size); empty: the stream id.
-        version: Shape of this message.
+        identity: The job's identity (:func:`~tierload.stores.cold.identity.identity_of` of the cold
+            location it registered the dataset with; a hash, never the credentials): the stream is
+            opened only for an identity the node cache admitted to the dataset, and its cold reads
+            use that identity's credentials.
+        version: Shape of this message (2: ``identity`` added).
     """
+
+    VERSION: ClassVar[int] = 2
 
     dataset_id: str
     epoch: int
@@ -82,7 +88,8 @@ class StreamPlan(Message):
     reuse_gap: int = 1
     start: int = 0
     lineage: str = ""
-    version: int = 1
+    identity: str = ""
+    version: int = 2
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seq", np.ascontiguousarray(self.seq, dtype=np.int32))
@@ -138,11 +145,15 @@ class BlockTable(Message):
 
 @dataclass(frozen=True, eq=False)
 class DatasetRegistration(Message):
-    """Tells a node cache where a dataset's blocks come from.
+    """Tells a node cache where a dataset's blocks come from, and with whose credentials this job reads them.
+
+    Every job registers the datasets it reads, even one the cache knows already: the cache checks the
+    job's right to read with ``cold`` (:mod:`tierload.node.access`) and reads for its streams with it.
 
     Attributes:
         dataset_id: The manifest's dataset id.
-        cold: The dataset's cold location (its options stay out of every ``repr``).
+        cold: The dataset's cold location with this job's credentials, requester-pays, endpoint,
+            profile (its options stay out of every ``repr``).
         blocks: The dataset's blocks (may be empty when ``manifest_path`` names them).
         manifest_path: The dataset's cached manifest file on this node, which the cache maps
             instead of receiving the blocks (None: the blocks travel in ``blocks``).

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tierload.errors import CredentialsExpiredError, SourceChangedError, TransientBackendError
 from tierload.stores.cold.errors import error_code, exception_chain, translate_error
 from tierload.stores.cold.open_files import process_in_flight
+from tierload.stores.cold.request_rate import request_rate_for
 from tierload.stores.cold.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
 from tierload.stores.cold.s3fast import s3_lean
 from tierload.stores.cold.s3fast.http_pool import ConnectionPool, shared_pool
@@ -125,6 +126,7 @@ class S3RangeReader:
         # Looked up once per reader (one read_ranges call, one event loop), not once per GET.
         self._endpoint = source.location.endpoint_url
         self._limit: AdaptiveLimit | None = None
+        self._rate = request_rate_for(source)
         self._pool: ConnectionPool | None = None
         # bucket -> (filesystem, its route's lookup): one lookup shared by a pack's thousands of GETs
         self._routes: dict[str, tuple[Any, asyncio.Future]] = {}
@@ -195,6 +197,8 @@ class S3RangeReader:
         limit = self._limit
         if limit is None:
             limit = self._limit = _in_flight_limit(process_in_flight(self._source.config.max_in_flight))
+        if self._rate is not None:  # cold.max_requests_per_s: the turn first, so no slot waits for it
+            await self._rate.wait_async()
         token = await limit.acquire(retry)
         outcome: Failure | None = Failure.FINAL
         tally["cold_gets"] = tally.get("cold_gets", 0) + 1

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from concurrent.futures import wait
 from typing import TYPE_CHECKING
 
+from tierload.stores.cold.request_rate import request_rate_for
+
 if TYPE_CHECKING:
     from tierload.stores.cold.async_reads import RangeRequest
     from tierload.stores.cold.listing import ObjectListing
@@ -34,9 +36,13 @@ class ColdBackend:
     Attributes:
         notes_endpoint_health: Listings and HEADs count towards the endpoint's health (the outage
             budget of :mod:`tierload.stores.cold.retry`), as every S3 request does.
+        checks_access: A job's right to read is the store's to say, per credentials: a node cache
+            checks each job's before serving it cached blocks (:mod:`tierload.node.access`).
+            False where every job of a node cache has the same rights (local files: one Unix user).
     """
 
     notes_endpoint_health = False
+    checks_access = True
 
     def configure(self, fs) -> None:
         """Adjust a freshly made filesystem client (e.g. one try per request: tierload retries)."""
@@ -93,8 +99,15 @@ class ThreadedBackend(ColdBackend):
         raise NotImplementedError
 
     def _read_all(self, source: ColdSource, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
-        return [self.read_one(source, url, version, offset, length, tally)
-                for url, version, offset, length in requests]
+        rate = request_rate_for(source)  # cold.max_requests_per_s: each read takes a turn
+        if rate is None:
+            return [self.read_one(source, url, version, offset, length, tally)
+                    for url, version, offset, length in requests]
+        read = []
+        for url, version, offset, length in requests:
+            rate.wait()
+            read.append(self.read_one(source, url, version, offset, length, tally))
+        return read
 
     def read_ranges(self, source: ColdSource, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         if len(requests) == 1:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 
 from tierload.errors import (
+    AccessDeniedError,
     BackendError,
     BucketNotFoundError,
     ConfigError,
@@ -79,7 +80,7 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     if code in ("ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired"):
         return CredentialsExpiredError(f"the cold tier says the credentials expired ({code})", tier="cold", url=url)
     if isinstance(exc, PermissionError) or code in ("AccessDenied", "InvalidAccessKeyId"):
-        return BackendError(f"access denied by the cold tier ({code or 'permission'}): {text}", tier="cold",
+        return AccessDeniedError(f"access denied by the cold tier ({code or 'permission'}): {text}", tier="cold",
                             url=url)
     return BackendError(f"cold tier failed: {type(exc).__name__}: {text}", tier="cold", url=url)
 

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.process_memory import map_large_allocations, release_freed_memory
 from tierload.stores.cold.listing_spill import SpilledPages
+from tierload.stores.cold.request_rate import RequestRate
 from tierload.stores.local import TIER_MARKER
 
 log = logging.getLogger(__name__)
@@ -269,13 +270,16 @@ def _fast_timestamps(client: Any) -> None:
 
 
 async def _list_pages(fs: Any, bucket: str, prefix: str, delimiter: str, url_base: str, pages: SpilledPages,
-                      exclude: Sequence[str]) -> list[str]:
-    """Write every page of one prefix to ``pages`` (filtered); return the folders (common prefixes) named."""
+                      exclude: Sequence[str], rate: RequestRate | None = None) -> list[str]:
+    """Write every page of one prefix to ``pages`` (filtered); return the folders (common prefixes)
+    named. Each page's request takes a turn of ``rate`` first (``cold.max_requests_per_s``)."""
     request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, **fs.req_kw}
     if delimiter:
         request["Delimiter"] = delimiter
     folders: list[str] = []
     while True:
+        if rate is not None:
+            await rate.wait_async()
         reply = await fs._call_s3("list_objects_v2", **request)
         contents = reply.get("Contents", [])
         page = _filtered(_Page([url_base + entry["Key"] for entry in contents],
@@ -293,7 +297,8 @@ async def _list_pages(fs: Any, bucket: str, prefix: str, delimiter: str, url_bas
 
 
 async def list_s3(fs: Any, protocol: str, root: str, exclude: Sequence[str] = (),
-                  in_flight: int = FOLDERS_IN_FLIGHT, spill_dir: str | None = None) -> ObjectListing:
+                  in_flight: int = FOLDERS_IN_FLIGHT, spill_dir: str | None = None,
+                  rate: RequestRate | None = None) -> ObjectListing:
     """List ``root`` (``bucket/prefix``, no protocol) with ListObjectsV2 through s3fs's client.
 
     Runs on s3fs's event loop. The prefix is listed with delimiter ``/``, then each folder it
@@ -304,6 +309,8 @@ async def list_s3(fs: Any, protocol: str, root: str, exclude: Sequence[str] = ()
     Args:
         spill_dir: Where the pages are written (a temporary directory inside it, removed before
             returning); None: the system's temporary directory.
+        rate: The store's ``cold.max_requests_per_s`` limit (every page's request takes a turn);
+            None: no limit.
 
     Raises:
         The client's errors, untranslated (the caller translates them in one place).
@@ -315,12 +322,12 @@ async def list_s3(fs: Any, protocol: str, root: str, exclude: Sequence[str] = ()
     _fast_timestamps(await fs.set_session())
     pages = SpilledPages(spill_dir)
     try:
-        folders = await _list_pages(fs, bucket, prefix, "/", url_base, pages, exclude)
+        folders = await _list_pages(fs, bucket, prefix, "/", url_base, pages, exclude, rate)
         gate = asyncio.Semaphore(max(1, in_flight))
 
         async def list_folder(folder: str) -> None:
             async with gate:
-                await _list_pages(fs, bucket, folder, "", url_base, pages, exclude)
+                await _list_pages(fs, bucket, folder, "", url_base, pages, exclude, rate)
 
         await asyncio.gather(*(list_folder(folder) for folder in folders))
     except BaseException:

@@ -78,6 +78,8 @@ def read_local_range(path: str, url: str, version: str, offset: int, length: int
 class LocalBackend(ThreadedBackend):
     """Local files: a listing by ``os.scandir``, reads checked on the descriptor they read from."""
 
+    checks_access = False  # the node cache's Unix user is every joined job's
+
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
         return list_local(root, "file", exclude)

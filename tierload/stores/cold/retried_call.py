@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from tierload.config.models import ColdConfig
 from tierload.stores.cold.errors import error_code, exception_chain, translate_error
+from tierload.stores.cold.request_rate import RequestRate
 from tierload.stores.cold.retry import HEALTH, RetryBudget, classify
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ T = TypeVar("T")
 
 
 def call_with_retries(url: str, call: Callable[[], T], config: ColdConfig, endpoint: str,
-                      notes_health: bool) -> T:
+                      notes_health: bool, rate: RequestRate | None = None) -> T:
     """``call()``, retried as :mod:`tierload.stores.cold.retry` decides; its errors translated.
 
     Args:
@@ -32,6 +33,8 @@ def call_with_retries(url: str, call: Callable[[], T], config: ColdConfig, endpo
         config: ``cold.max_attempts`` and ``cold.outage_budget_s``.
         endpoint: The S3 endpoint URL (empty when none): whose health the budget follows.
         notes_health: Record that ``endpoint`` answered when ``call`` succeeds (S3 only).
+        rate: The store's ``cold.max_requests_per_s`` limit: each request (a retry too) takes a
+            turn first; None: no limit.
 
     Returns:
         What ``call`` returned.
@@ -45,6 +48,8 @@ def call_with_retries(url: str, call: Callable[[], T], config: ColdConfig, endpo
     budget = RetryBudget(config.max_attempts, config.outage_budget_s, endpoint,
                          rides_outages=HEALTH.ever_answered(endpoint))
     while True:
+        if rate is not None:
+            rate.wait()
         try:
             result = call()
         except Exception as exc:  # noqa: BLE001 - translated and classified in one place

@@ -15,6 +15,7 @@ from tierload.stores.cold.async_reads import RangeRequest, S3RangeReader
 from tierload.stores.cold.backend import ColdBackend
 from tierload.stores.cold.generic import list_empty_prefix, version_of
 from tierload.stores.cold.listing import ObjectListing, list_fsspec, list_s3
+from tierload.stores.cold.request_rate import request_rate_for
 
 if TYPE_CHECKING:
     from tierload.stores.cold.source import ColdSource
@@ -35,7 +36,8 @@ class S3Backend(ColdBackend):
         fs = source.fs
         if getattr(fs, "version_aware", False):
             return list_fsspec(fs, root, source.protocol, version_of, exclude)
-        return sync(fs.loop, list_s3, fs, source.protocol, root, exclude, spill_dir=spill_dir)
+        return sync(fs.loop, list_s3, fs, source.protocol, root, exclude, spill_dir=spill_dir,
+                    rate=request_rate_for(source))
 
     def list_empty(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                    listed: ObjectListing) -> ObjectListing:

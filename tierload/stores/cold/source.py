@@ -32,6 +32,7 @@ from tierload.stores.cold.backend import READ_THREADS, backend_for
 from tierload.stores.cold.generic import version_of
 from tierload.stores.cold.listing import ObjectInfo, ObjectListing
 from tierload.stores.cold.location import ColdLocation
+from tierload.stores.cold.request_rate import request_rate_for
 from tierload.stores.cold.retried_call import call_with_retries
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ class ColdSource:
     def _with_retries(self, url: str, call: Callable[[], Any]) -> Any:
         """``call()`` (a listing or HEAD), retried as :mod:`tierload.stores.cold.retry` decides; errors translated."""
         return call_with_retries(url, call, self.config, self.location.endpoint_url,
-                                 notes_health=self.backend.notes_endpoint_health)
+                                 notes_health=self.backend.notes_endpoint_health, rate=request_rate_for(self))
 
     def read(self, url: str, version: str, offset: int = 0, length: int | None = None,
              tally: dict | None = None) -> bytes:
