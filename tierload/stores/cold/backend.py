@@ -38,9 +38,12 @@ class ColdBackend:
     Attributes:
         notes_endpoint_health: Listings and HEADs count towards the endpoint's health (the outage
             budget of :mod:`tierload.stores.cold.retry`), as every S3 request does.
+        process_local: The store lives inside one process (``memory://``): a node cache in another
+            process cannot read it, so a dataset refuses it at start.
     """
 
     notes_endpoint_health = False
+    process_local = False
 
     def configure(self, fs) -> None:
         """Adjust a freshly made filesystem client (e.g. one try per request: tierload retries)."""

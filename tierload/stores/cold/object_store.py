@@ -46,10 +46,12 @@ def quoted_versions(etags: pa.Array, sizes: np.ndarray, modified: pa.Array | Non
     """Versions of a listing's page: each ETag quoted (``"..."``), or ``mtime-size`` where a store gives none."""
     etags = etags.cast(pa.large_string())
     bare = pc.invert(pc.starts_with(pc.fill_null(etags, '"'), '"'))
-    etags = pc.if_else(bare, pc.binary_join_element_wise('"', etags, '"', ""), etags)
+    quote, nothing = pa.scalar('"', pa.large_string()), pa.scalar("", pa.large_string())
+    etags = pc.if_else(bare, pc.binary_join_element_wise(quote, etags, quote, nothing), etags)
     if etags.null_count and modified is not None:
         fallback = pc.binary_join_element_wise(pc.cast(modified, pa.large_string()),
-                                               pc.cast(pa.array(sizes), pa.large_string()), "-")
+                                               pc.cast(pa.array(sizes), pa.large_string()),
+                                               pa.scalar("-", pa.large_string()))
         etags = pc.if_else(pc.is_null(etags), fallback, etags)
     return pc.fill_null(etags, "")
 
@@ -64,7 +66,7 @@ class ObjectStoreBackend(ColdBackend):
                     spill_dir: str | None) -> ObjectListing:
         obstore = import_obstore(source.protocol)
         store, prefix = store_for(source, source.url)
-        url_base = f"{source.protocol}://{split_url(source.url)[1]}/"
+        url_base = pa.scalar(f"{source.protocol}://{split_url(source.url)[1]}/", pa.large_string())
         pages = []
         stream = call_store(obstore.list, store, prefix or None, chunk_size=PAGE_KEYS, return_arrow=True)
         while True:
@@ -77,7 +79,8 @@ class ObjectStoreBackend(ColdBackend):
                 continue
             sizes = np.asarray(table.column("size").to_numpy(zero_copy_only=False), np.int64)
             names = table.schema.names
-            urls = pc.binary_join_element_wise(url_base, table.column("path").cast(pa.large_string()), "")
+            urls = pc.binary_join_element_wise(url_base, table.column("path").cast(pa.large_string()),
+                                           pa.scalar("", pa.large_string()))
             versions = quoted_versions(table.column("e_tag"), sizes,
                                        table.column("last_modified") if "last_modified" in names else None)
             pages.append(_Page.of(urls.cast(pa.large_string()), sizes, versions.cast(pa.large_string())))

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 _STATUS = re.compile(r"(?:status(?: code)?:?\s*|Status \{\s*status:\s*)(\d{3})", re.IGNORECASE)
 _CODE_OF_STATUS = {404: "NoSuchKey", 412: "PreconditionFailed", 416: "InvalidRange", 403: "AccessDenied",
                    401: "AccessDenied", 429: "SlowDown", 503: "SlowDown"}
+_REQUEST_URL = re.compile(r"((?:GET|HEAD|PUT|POST) )https?://\S+")
 _UNREACHABLE = ("connection refused", "error trying to connect", "tcp connect error", "dns error",
                 "failed to lookup address")
 _TIMED_OUT = ("timed out", "timeout", "deadline has elapsed")
@@ -54,7 +55,7 @@ def shaped_error(exc: BaseException) -> BaseException:
     from obstore.exceptions import NotFoundError, PermissionDeniedError, PreconditionError, UnauthenticatedError
 
     text = str(exc)
-    first = text.split("\n", 1)[0][:300]
+    first = _REQUEST_URL.sub(r"\1", text.split("\n", 1)[0])[:300]
     if isinstance(exc, PreconditionError):
         return StoreAnswer(412, "PreconditionFailed", first)
     if isinstance(exc, NotFoundError):
