@@ -248,10 +248,26 @@ def _s3(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
         report["contenders"] = {"tierload-s3": runner.contender("tierload-s3", setup)}
         after = emulated.counters()
         report["contenders"]["tierload-s3"]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        _obstore_engine(runner, setup, report, emulated.counters)
         if options.peers:
             _peers(runner, ("s3torch-s3", "raydata-s3"), setup, report, emulated.counters, options.peer_loaders)
         if options.profile:
             report["profile"] = _profile(runner, "tierload-s3", setup)
+
+
+def _obstore_engine(runner: _Runner, setup: dict[str, Any], report: dict[str, Any],
+                    counters: Callable[[], dict[str, int]]) -> None:
+    """tierload again with ``cold.s3_engine: obstore`` (issue 24: the engine is chosen by this measurement)."""
+    import importlib.util
+
+    name = "tierload-s3-obstore"
+    if importlib.util.find_spec("obstore") is None:
+        report.setdefault("not_run", {})[name] = "obstore is not installed (pip install 'tierload[obstore]')"
+        return
+    before = counters()
+    report["contenders"][name] = runner.contender(name, {**setup, "s3_engine": "obstore"})
+    after = counters()
+    report["contenders"][name]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
 
 
 def _startup(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
