@@ -175,3 +175,15 @@ def test_memory_store_reads_in_process_and_a_dataset_refuses_it_at_start(tier_co
         source.read(listed[0].url, listed[0].version)
     with pytest.raises(ConfigError, match="lives inside this process"):
         TieredDataset(f"memory://{prefix}", tier_config(), layout="files")
+
+
+def test_a_store_whose_client_is_not_installed_names_the_extra(monkeypatch):
+    import sys
+
+    from tierload.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "obstore", None)  # an import of it fails, as where it is not installed
+    source = ColdSource("az://container/prefix", load_config({}).cold)
+    with pytest.raises(MissingDependencyError, match=r"tierload\[azure\]") as raised:
+        source.list_objects()
+    assert raised.value.extra == "azure"

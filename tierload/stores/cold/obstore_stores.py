@@ -62,11 +62,13 @@ def import_obstore(scheme: str) -> Any:
         MissingDependencyError: obstore is not installed; names the extra that brings it.
     """
     try:
+        import arro3.core  # noqa: F401 - obstore hands listings over as Arrow batches through it
         import obstore
     except ImportError as exc:
         extra = _EXTRA_OF.get(scheme, "obstore")
         raise MissingDependencyError(f"the cold tier on {scheme}:// reads through obstore, which is not installed: "
-                                     f"pip install 'tierload[{extra}]'", package="obstore", extra=extra) from exc
+                                     f"pip install 'tierload[{extra}]'", package=exc.name or "obstore",
+                                     extra=extra) from exc
     return obstore
 
 
@@ -90,7 +92,7 @@ def store_for(source: ColdSource, url: str) -> tuple[Any, str]:
     return store, path
 
 
-def _client_options(config: Any, endpoint: str) -> dict[str, Any]:
+def _client_options(config: Any, endpoint: str) -> Any:  # obstore's ClientConfig (a TypedDict)
     return {"connect_timeout": timedelta(seconds=config.connect_timeout_s),
             "timeout": timedelta(seconds=config.read_timeout_s),
             "pool_max_idle_per_host": str(process_in_flight(config.max_in_flight)),
@@ -98,7 +100,7 @@ def _client_options(config: Any, endpoint: str) -> dict[str, Any]:
 
 
 # One try per request: tierload.stores.cold.retry is the one retry layer.
-_NO_RETRIES = {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}
+_NO_RETRIES: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}
 
 
 def _make_store(source: ColdSource, scheme: str, root: str, options: dict[str, Any]) -> Any:
@@ -114,7 +116,7 @@ def _make_store(source: ColdSource, scheme: str, root: str, options: dict[str, A
                            retry_config=_NO_RETRIES)
         if scheme in HTTP_SCHEMES:
             return HTTPStore.from_url(root, client_options=_client_options(config, root), retry_config=_NO_RETRIES)
-        own = {_ADLFS_NAMES.get(name, name): value for name, value in options.items()}
+        own: Any = {_ADLFS_NAMES.get(name, name): value for name, value in options.items()}
         endpoint = str(own.get("endpoint") or own.get("base_url") or "")
         if scheme in AZURE_SCHEMES:
             return AzureStore(root, config=own, client_options=_client_options(config, endpoint),
@@ -129,7 +131,7 @@ def _make_store(source: ColdSource, scheme: str, root: str, options: dict[str, A
                       url=source.url)
 
 
-def _s3_config(source: ColdSource, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def _s3_config(source: ColdSource, options: dict[str, Any]) -> tuple[Any, str]:
     """obstore's S3 configuration from the s3fs options tierload resolved (and the credential provider's)."""
     client_kwargs = options.get("client_kwargs") or {}
     credentials = {**{name: options[name] for name in ("key", "secret", "token") if options.get(name)},
