@@ -21,7 +21,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from tierload.stores.cold.async_reads import S3RangeReader
-from tierload.stores.cold.obstore_stores import import_obstore, split_url, store_for
+from tierload.stores.cold.obstore_stores import client_for, import_obstore, split_url
 
 if TYPE_CHECKING:
     from tierload.stores.cold.source import ColdSource
@@ -93,6 +93,7 @@ class ObstoreRangeReader(S3RangeReader):
     def __init__(self, source: ColdSource) -> None:
         super().__init__(source)
         self._obstore = import_obstore(source.protocol)
+        self._scheme = source.protocol
 
     def bucket_and_key(self, url: str) -> tuple[str, str]:
         _scheme, root, path = split_url(url)
@@ -100,8 +101,7 @@ class ObstoreRangeReader(S3RangeReader):
 
     async def _get_object(self, bucket: str, key: str, version: str, start: int,
                           end: int) -> tuple[bytes, int | None]:
-        url = self._source.url  # only its scheme and options pick the client
-        store, _ = store_for(self._source, _url_in(url, bucket))
+        store = client_for(self._source, self._scheme, bucket)
         options: dict[str, Any] = {}
         if end > start:
             options["range"] = (start, end)
@@ -119,10 +119,4 @@ class ObstoreRangeReader(S3RangeReader):
 
     async def prepare(self, fs: Any, bucket: str) -> None:
         """Make this process's client for ``bucket`` now (no request is sent)."""
-        store_for(self._source, _url_in(self._source.url, bucket))
-
-
-def _url_in(url: str, root: str) -> str:
-    """A URL of the store ``root`` with ``url``'s scheme (enough for :func:`store_for` to pick the client)."""
-    scheme = url.partition("://")[0]
-    return f"{root}/" if scheme in ("http", "https") else f"{scheme}://{root}/"
+        client_for(self._source, self._scheme, bucket)

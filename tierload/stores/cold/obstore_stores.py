@@ -80,6 +80,12 @@ def store_for(source: ColdSource, url: str) -> tuple[Any, str]:
         ConfigError: A scheme obstore does not read, or an option it does not take.
     """
     scheme, root, path = split_url(url)
+    return client_for(source, scheme, root), path
+
+
+def client_for(source: ColdSource, scheme: str, root: str) -> Any:
+    """This process's obstore client for the bucket, container or origin ``root`` of ``scheme``
+    (see :func:`store_for`), made on first use with ``source``'s options."""
     options = source.storage_options
     key = (os.getpid(), scheme, root, source.credentials_generation,
            json.dumps(options, sort_keys=True, default=str))
@@ -89,7 +95,7 @@ def store_for(source: ColdSource, url: str) -> tuple[Any, str]:
             store = _stores.get(key)
             if store is None:
                 store = _stores[key] = _make_store(source, scheme, root, options)
-    return store, path
+    return store
 
 
 def _client_options(config: Any, endpoint: str) -> Any:  # obstore's ClientConfig (a TypedDict)
