@@ -57,7 +57,8 @@ def stop(process: subprocess.Popen) -> None:
 
 class RangeFileHandler(SimpleHTTPRequestHandler):
     """A file server that honours ``Range`` (one range), sends ``ETag`` and checks ``If-Match`` (412),
-    and lists folders as HTML index pages. Counts GETs per path in ``server.gets``."""
+    and lists folders as HTML index pages. Counts GETs per path in ``server.gets``; answers 503 to
+    the next ``server.unavailable[path]`` GETs of a path (a fault injected for real)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -77,6 +78,12 @@ class RangeFileHandler(SimpleHTTPRequestHandler):
             return None
         if self.command == "GET":
             self.server.gets[self.path] += 1
+            if self.server.unavailable[self.path] > 0:  # an injected outage of this object: 503s
+                self.server.unavailable[self.path] -= 1
+                self.send_response(HTTPStatus.SERVICE_UNAVAILABLE)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
         handle = open(path, "rb")  # noqa: SIM115 - returned to the base class, which closes it
         status = os.fstat(handle.fileno())
         etag = f'"{status.st_mtime_ns:x}-{status.st_size:x}"'
@@ -135,6 +142,7 @@ class RangeFileServer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeFileHandler, directory=root))
         self.server.daemon_threads = True
         self.server.gets = Counter()
+        self.server.unavailable = Counter()  # path -> GETs still to answer 503
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -187,3 +187,27 @@ def test_a_store_whose_client_is_not_installed_names_the_extra(monkeypatch):
     with pytest.raises(MissingDependencyError, match=r"tierload\[azure\]") as raised:
         source.list_objects()
     assert raised.value.extra == "azure"
+
+
+@pytest.mark.parametrize("outage, max_attempts", [(2, 3), (10, 3)], ids=["shorter-than-budget", "longer"])
+def test_obstore_reads_go_through_the_one_retry_layer(http_store, tmp_path, outage, max_attempts):
+    """503s from the HTTP server: an outage shorter than cold.max_attempts costs time, not the read;
+    a longer one costs exactly max_attempts GETs, then a transient error naming the object's URL."""
+    from tierload.errors import TransientBackendError
+
+    store = Store("http", http_store, tmp_path)
+    written = store.put_indexed("flaky", 1, size=500)
+    source = source_of(store, "flaky", max_attempts=max_attempts, outage_budget_s=0)
+    obj = source.list_objects()[0]
+    path = obj.url.removeprefix(http_store.url)
+    http_store.server.unavailable[path] = outage
+    tally: dict = {}
+    if outage < max_attempts:
+        assert source.read(obj.url, obj.version, 0, obj.size, tally) == written[obj.url]
+        assert http_store.server.gets[path] == outage + 1 == tally["cold_gets"]
+    else:
+        with pytest.raises(TransientBackendError, match=f"cold.max_attempts={max_attempts}") as raised:
+            source.read(obj.url, obj.version, 0, obj.size, tally)
+        assert raised.value.url == obj.url
+        assert http_store.server.gets[path] == max_attempts == tally["cold_gets"]
+        http_store.server.unavailable[path] = 0
