@@ -80,6 +80,9 @@ class ColdConfig(_Frozen):
     # S3 range GETs signed as botocore signs them and sent on one shared pool of kept-alive
     # connections (a small fraction of aiobotocore's CPU per request); False: every GET through aiobotocore.
     lean_gets: bool = True
+    # The engine of S3 range GETs: "fast" (the hand-written client above) or "obstore" (the Rust
+    # object_store client, tierload.stores.cold.obstore_reads); docs/cold-engines.md has the measurement.
+    s3_engine: Literal["fast", "obstore"] = "fast"
     credential_provider: str | None = None
 
     _parse_sizes = field_validator("max_request_bytes", mode="before")(_bytes_field)

@@ -53,6 +53,7 @@ from tierload.data.order import (
 from tierload.data.packs import manifest_settings
 from tierload.data.tier_fit import warn_hot_fit_once
 from tierload.errors import ConfigError, ServiceError
+from tierload.loader.cold_reach import refuse_process_local
 from tierload.loader.consumer import DirectSource, NodeLink
 from tierload.loader.dataset_args import check_arguments, check_loader_batch, config_overrides, loader_batch_size
 from tierload.loader.dataset_link import join_stream, register_dataset
@@ -237,6 +238,9 @@ class TieredDataset(IterableDataset):
         from tierload.deploy.keeper import attach_node_cache
 
         source = ColdSource(self._cold, self.config.cold)
+        for cold in self._sources.colds[1:] if self._sources is not None else ():
+            refuse_process_local(ColdSource(cold, self.config.cold))  # each source of a mixture, as the first
+        refuse_process_local(source)
         previous = self._cached_keys(source) if self.refresh_manifest and self._sources is None else set()
         settings = manifest_settings(self.config)
         if self._sources is not None:

@@ -146,7 +146,7 @@ class S3RangeReader:
 
     async def read_range(self, url: str, version: str, offset: int, length: int, tally: dict) -> bytes:
         """``length`` bytes at ``offset`` of ``url`` at ``version``, in parts read concurrently."""
-        bucket, _, key = self._source.fs._strip_protocol(url).partition("/")
+        bucket, key = self.bucket_and_key(url)
         step = self._source.config.max_request_bytes
         if length <= step:  # one GET: no task of its own (most reads of small objects)
             end = offset + length
@@ -154,6 +154,11 @@ class S3RangeReader:
         parts = await gather_in_order([self._get_with_retries(url, bucket, key, version, start, end, tally)
                                        for start, end in split_range(offset, length, step)])
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def bucket_and_key(self, url: str) -> tuple[str, str]:
+        """``url``'s bucket and key, as the engine addresses them."""
+        bucket, _, key = self._source.fs._strip_protocol(url).partition("/")
+        return bucket, key
 
     async def _get_with_retries(self, url: str, bucket: str, key: str, version: str, start: int, end: int,
                                 tally: dict) -> bytes:

@@ -3,9 +3,13 @@
 :class:`~tierload.stores.cold.source.ColdSource` is the one face of the cold tier; what differs
 between stores lives behind :class:`ColdBackend`, one backend per module:
 
-    s3, s3a      tierload.stores.cold.s3           ListObjectsV2 pages, If-Match GETs on the S3 fast path
-    file, local  tierload.stores.cold.local_file   os.scandir, pread on the version-checked descriptor
-    (others)     tierload.stores.cold.generic      fsspec's find, HEAD + cat_file
+    s3, s3a      tierload.stores.cold.s3             ListObjectsV2 pages, If-Match GETs (fast path or obstore)
+    file, local  tierload.stores.cold.local_file     os.scandir, pread on the version-checked descriptor
+    az, abfs     tierload.stores.cold.object_store   obstore: List Blobs pages, If-Match range GETs
+    gs, gcs      tierload.stores.cold.object_store   obstore: XML list pages, If-Match range GETs
+    http, https  tierload.stores.cold.http_store     the index page's links + HEADs, If-Match range GETs
+    memory       tierload.stores.cold.memory_store   fsspec's memory store, in this process only
+    (others)     tierload.stores.cold.generic        fsspec's find, HEAD + cat_file
 
 :func:`backend_for` is the one registry (scheme -> backend, each module imported when first
 needed); nothing else branches on the scheme.
@@ -22,7 +26,7 @@ from tierload.stores.cold.request_rate import request_rate_for
 
 if TYPE_CHECKING:
     from tierload.stores.cold.async_reads import RangeRequest
-    from tierload.stores.cold.listing import ObjectListing
+    from tierload.stores.cold.listing import ObjectInfo, ObjectListing
     from tierload.stores.cold.source import ColdSource
 
 # Reads of stores without an async client (file://, ...): a few at once is all a disk needs.
@@ -39,10 +43,13 @@ class ColdBackend:
         checks_access: A job's right to read is the store's to say, per credentials: a node cache
             checks each job's before serving it cached blocks (:mod:`tierload.node.access`).
             False where every job of a node cache has the same rights (local files: one Unix user).
+        process_local: The store lives inside one process (``memory://``): a node cache in another
+            process cannot read it, so a dataset refuses it at start.
     """
 
     notes_endpoint_health = False
     checks_access = True
+    process_local = False
 
     def configure(self, fs) -> None:
         """Adjust a freshly made filesystem client (e.g. one try per request: tierload retries)."""
@@ -62,6 +69,18 @@ class ColdBackend:
         is there (``listed`` itself, with what it skipped), or (raised) the bucket or directory does
         not exist."""
         raise NotImplementedError
+
+    def strip(self, source: ColdSource, url: str) -> str:
+        """``url`` as this backend addresses it (fsspec's path: no scheme)."""
+        return source.fs._strip_protocol(url)
+
+    def head(self, source: ColdSource, url: str) -> ObjectInfo:
+        """Current size and version of one object (one request, untranslated errors; not retried here)."""
+        from tierload.stores.cold.generic import version_of
+        from tierload.stores.cold.listing import ObjectInfo
+
+        info = source.fs.info(self.strip(source, url))
+        return ObjectInfo(url, int(info.get("size") or 0), version_of(info))
 
     def url_of(self, source: ColdSource, path: str) -> str:
         """The URL of ``path`` (a path without scheme, as the filesystem spells it)."""
@@ -162,6 +181,18 @@ def backend_for(protocol: str) -> ColdBackend:
         from tierload.stores.cold.local_file import LocalBackend
 
         return LocalBackend()
+    if protocol in ("az", "abfs", "abfss", "azure", "gs", "gcs"):
+        from tierload.stores.cold.object_store import ObjectStoreBackend
+
+        return ObjectStoreBackend()
+    if protocol in ("http", "https"):
+        from tierload.stores.cold.http_store import HttpBackend
+
+        return HttpBackend()
+    if protocol == "memory":
+        from tierload.stores.cold.memory_store import MemoryBackend
+
+        return MemoryBackend()
     from tierload.stores.cold.generic import FsspecBackend
 
     return FsspecBackend()

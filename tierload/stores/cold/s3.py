@@ -1,6 +1,7 @@
 """The cold tier on S3 (and S3-compatible endpoints): listed with ListObjectsV2 pages (folders
 concurrently), read by range GETs in flight on s3fs's event loop (:mod:`tierload.stores.cold.async_reads`,
-the fast path in :mod:`tierload.stores.cold.s3fast`)."""
+the fast path in :mod:`tierload.stores.cold.s3fast`, or obstore's client with ``cold.s3_engine: obstore``:
+:mod:`tierload.stores.cold.obstore_reads`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,15 @@ if TYPE_CHECKING:
     from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
+
+
+def reader_for(source: ColdSource) -> S3RangeReader:
+    """The engine of ``source``'s range GETs, as ``cold.s3_engine`` says: the fast path or obstore."""
+    if source.config.s3_engine == "obstore":
+        from tierload.stores.cold.obstore_reads import ObstoreRangeReader
+
+        return ObstoreRangeReader(source)
+    return S3RangeReader(source)
 
 
 class S3Backend(ColdBackend):
@@ -45,13 +55,13 @@ class S3Backend(ColdBackend):
 
     def read_ranges(self, source: ColdSource, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         fs = source.fs
-        return sync(fs.loop, S3RangeReader(source).read_ranges, requests, tally)
+        return sync(fs.loop, reader_for(source).read_ranges, requests, tally)
 
     async def read_ranges_async(self, source: ColdSource, requests: Sequence[RangeRequest],
                                 tally: dict) -> list[bytes]:
         # Awaited directly when the caller runs on s3fs's loop, else handed to it.
         loop = source.fs.loop
-        coroutine = S3RangeReader(source).read_ranges(requests, tally)
+        coroutine = reader_for(source).read_ranges(requests, tally)
         if asyncio.get_running_loop() is loop:
             return await coroutine
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
@@ -60,6 +70,6 @@ class S3Backend(ColdBackend):
         try:
             fs = source.fs
             bucket = source.strip(source.url).split("/", 1)[0]
-            sync(fs.loop, S3RangeReader(source).prepare, fs, bucket)
+            sync(fs.loop, reader_for(source).prepare, fs, bucket)
         except Exception as exc:  # noqa: BLE001 - the first read meets the same failure and raises it typed
             log.debug("cold tier %s: client not prepared ahead (%s: %s)", source.url, type(exc).__name__, exc)

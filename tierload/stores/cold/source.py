@@ -29,7 +29,6 @@ from tierload.errors import ConfigError
 from tierload.stores.cold import aws_chain
 from tierload.stores.cold.async_reads import RangeRequest
 from tierload.stores.cold.backend import READ_THREADS, backend_for
-from tierload.stores.cold.generic import version_of
 from tierload.stores.cold.listing import ObjectInfo, ObjectListing
 from tierload.stores.cold.location import ColdLocation
 from tierload.stores.cold.request_rate import request_rate_for
@@ -76,7 +75,8 @@ class ColdSource:
         self.__dict__.update(state)
         self._credentials_lock = threading.Lock()
 
-    def _provided_credentials(self) -> dict:
+    def provided_credentials(self) -> dict:
+        """Credentials from ``cold.credential_provider`` (``key``, ``secret``, ``token``; empty when none)."""
         path = self.config.credential_provider
         if not path:
             return {}
@@ -114,7 +114,7 @@ class ColdSource:
         with self._credentials_lock:  # one client per process, however many threads ask at once
             if self._fs is None or self._pid != os.getpid():
                 cls = fsspec.get_filesystem_class(self.protocol)
-                options = {**self.storage_options, **self._provided_credentials()}
+                options = {**self.storage_options, **self.provided_credentials()}
                 if self.location.credential_chain or options.get("profile"):
                     options["session"] = aws_chain.session_for(self.location.credential_chain,
                                                                options.pop("profile", None))
@@ -126,8 +126,8 @@ class ColdSource:
             return self._fs
 
     def strip(self, url: str) -> str:
-        """``url`` as this store's filesystem spells its path (no scheme)."""
-        return self.fs._strip_protocol(url)
+        """``url`` as this store's backend spells its path (for fsspec stores: no scheme)."""
+        return self.backend.strip(self, url)
 
     def list_objects(self, exclude: tuple[str, ...] = (), spill_dir: str | None = None) -> ObjectListing:
         """List every object under the prefix, as columns (see :mod:`tierload.stores.cold.listing`).
@@ -157,8 +157,7 @@ class ColdSource:
 
     def head(self, url: str) -> ObjectInfo:
         """Current size and version of one object (one HEAD request, retried like a read)."""
-        info = self._with_retries(url, lambda: self.fs.info(self.strip(url)))
-        return ObjectInfo(url, int(info.get("size") or 0), version_of(info))
+        return self._with_retries(url, lambda: self.backend.head(self, url))
 
     def _with_retries(self, url: str, call: Callable[[], Any]) -> Any:
         """``call()`` (a listing or HEAD), retried as :mod:`tierload.stores.cold.retry` decides; errors translated."""

@@ -21,7 +21,7 @@ from tierload_tools.bench.contenders import Context
 from tierload_tools.bench.loop import run_epochs
 
 
-def tierload_config(ctx: Context, warm: bool):
+def tierload_config(ctx: Context, warm: bool, s3_engine: str = "fast"):
     from tierload.config.loading import load_config
 
     work = ctx.workdir
@@ -31,6 +31,7 @@ def tierload_config(ctx: Context, warm: bool):
                  "capacity_bytes": int(ctx.dataset.total_bytes * 1.25) + 2**20},
         "manifest": {"cache_dir": os.path.join(work, "manifests")},
         "ray": {"num_cpus": os.cpu_count() or 1},
+        "cold": {"s3_engine": s3_engine},
     })
 
 
@@ -44,7 +45,8 @@ def run(ctx: Context) -> dict:
 
     started = time.perf_counter()
     workload = ctx.workload
-    config = tierload_config(ctx, warm=ctx.name.endswith("-warm"))
+    config = tierload_config(ctx, warm=ctx.name.endswith("-warm"),
+                             s3_engine="obstore" if ctx.name.endswith("-obstore") else "fast")
     try:
         dataset = TieredDataset(ctx.dataset.url, config=config, storage_options=ctx.s3fs_options,
                                 batch_size=workload.batch_size, seed=workload.seed)

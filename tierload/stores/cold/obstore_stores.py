@@ -1,0 +1,160 @@
+"""obstore clients (Rust ``object_store``) for the cold tier: which store a URL names, built once per process.
+
+The one place that imports obstore's store classes. A URL maps to a store and a path inside it:
+
+    s3://bucket/key             S3Store(bucket)          key
+    az://container/key          AzureStore(container)    key      (also abfs://, azure://)
+    gs://bucket/key             GCSStore(bucket)         key      (also gcs://)
+    http(s)://host:port/a/b     HTTPStore(origin)        a/b
+
+Options come from the dataset's resolved ``storage_options``: for S3 the s3fs options tierload
+already resolved (key, secret, token, endpoint, region, anon, timeouts), for the others
+obstore's own configuration keys (e.g. Azure's ``account_name``, ``access_key``, ``endpoint``;
+adlfs's ``account_key`` is accepted as ``access_key``). obstore's own retries are off: tierload's
+retry layer (:mod:`tierload.stores.cold.retry`) is the only one. A client holds a connection
+pool and is made lazily in each process (never inherited through fork or pickling).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from tierload.errors import ConfigError, MissingDependencyError
+from tierload.stores.cold.open_files import process_in_flight
+
+if TYPE_CHECKING:
+    from tierload.stores.cold.source import ColdSource
+
+AZURE_SCHEMES = ("az", "abfs", "abfss", "azure")
+GCS_SCHEMES = ("gs", "gcs")
+HTTP_SCHEMES = ("http", "https")
+S3_SCHEMES = ("s3", "s3a")
+
+# Which extra brings obstore for a scheme (the message of a missing install names it).
+_EXTRA_OF = {**dict.fromkeys(AZURE_SCHEMES, "azure"), **dict.fromkeys(GCS_SCHEMES, "gcs"),
+             **dict.fromkeys(HTTP_SCHEMES, "http"), **dict.fromkeys(S3_SCHEMES, "obstore")}
+_ADLFS_NAMES = {"account_key": "access_key", "sas_token": "sas_key"}
+
+_stores: dict[tuple, Any] = {}
+_lock = threading.Lock()
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """``(scheme, root, path)`` of ``url``: the store's root (a bucket, a container or an origin
+    ``http://host:port``) and the object's path inside it (no leading ``/``)."""
+    scheme, _, rest = url.partition("://")
+    if scheme in HTTP_SCHEMES:
+        parts = urlsplit(url)
+        return scheme, f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
+    root, _, path = rest.partition("/")
+    return scheme, root, path
+
+
+def import_obstore(scheme: str) -> Any:
+    """The ``obstore`` module.
+
+    Raises:
+        MissingDependencyError: obstore is not installed; names the extra that brings it.
+    """
+    try:
+        import arro3.core  # noqa: F401 - obstore hands listings over as Arrow batches through it
+        import obstore
+    except ImportError as exc:
+        extra = _EXTRA_OF.get(scheme, "obstore")
+        raise MissingDependencyError(f"the cold tier on {scheme}:// reads through obstore, which is not installed: "
+                                     f"pip install 'tierload[{extra}]'", package=exc.name or "obstore",
+                                     extra=extra) from exc
+    return obstore
+
+
+def store_for(source: ColdSource, url: str) -> tuple[Any, str]:
+    """This process's obstore client for ``url``'s bucket (container, origin) and the object's path in it.
+
+    Raises:
+        MissingDependencyError: obstore is not installed.
+        ConfigError: A scheme obstore does not read, or an option it does not take.
+    """
+    scheme, root, path = split_url(url)
+    return client_for(source, scheme, root), path
+
+
+def client_for(source: ColdSource, scheme: str, root: str) -> Any:
+    """This process's obstore client for the bucket, container or origin ``root`` of ``scheme``
+    (see :func:`store_for`), made on first use with ``source``'s options."""
+    options = source.storage_options
+    key = (os.getpid(), scheme, root, source.credentials_generation,
+           json.dumps(options, sort_keys=True, default=str))
+    store = _stores.get(key)
+    if store is None:
+        with _lock:
+            store = _stores.get(key)
+            if store is None:
+                store = _stores[key] = _make_store(source, scheme, root, options)
+    return store
+
+
+def _client_options(config: Any, endpoint: str) -> Any:  # obstore's ClientConfig (a TypedDict)
+    return {"connect_timeout": timedelta(seconds=config.connect_timeout_s),
+            "timeout": timedelta(seconds=config.read_timeout_s),
+            "pool_max_idle_per_host": str(process_in_flight(config.max_in_flight)),
+            "allow_http": endpoint.startswith("http://")}
+
+
+# One try per request: tierload.stores.cold.retry is the one retry layer.
+_NO_RETRIES: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}
+
+
+def _make_store(source: ColdSource, scheme: str, root: str, options: dict[str, Any]) -> Any:
+    import_obstore(scheme)
+    from obstore.exceptions import BaseError
+    from obstore.store import AzureStore, GCSStore, HTTPStore, S3Store
+
+    config = source.config
+    try:
+        if scheme in S3_SCHEMES:
+            s3_config, endpoint = _s3_config(source, options)
+            return S3Store(root, config=s3_config, client_options=_client_options(config, endpoint),
+                           retry_config=_NO_RETRIES)
+        if scheme in HTTP_SCHEMES:
+            return HTTPStore.from_url(root, client_options=_client_options(config, root), retry_config=_NO_RETRIES)
+        own: Any = {_ADLFS_NAMES.get(name, name): value for name, value in options.items()}
+        endpoint = str(own.get("endpoint") or own.get("base_url") or "")
+        if scheme in AZURE_SCHEMES:
+            return AzureStore(root, config=own, client_options=_client_options(config, endpoint),
+                              retry_config=_NO_RETRIES)
+        if scheme in GCS_SCHEMES:
+            return GCSStore(root, config=own, client_options=_client_options(config, endpoint),
+                            retry_config=_NO_RETRIES)
+    except BaseError as exc:
+        raise ConfigError(f"cold.storage_options for {scheme}:// are not taken by obstore: {exc}; see "
+                          "obstore's store configuration for the keys", tier="cold", url=source.url) from exc
+    raise ConfigError(f"obstore does not read {scheme}:// URLs; use s3, az, gs or http(s)", tier="cold",
+                      url=source.url)
+
+
+def _s3_config(source: ColdSource, options: dict[str, Any]) -> tuple[Any, str]:
+    """obstore's S3 configuration from the s3fs options tierload resolved (and the credential provider's)."""
+    client_kwargs = options.get("client_kwargs") or {}
+    credentials = {**{name: options[name] for name in ("key", "secret", "token") if options.get(name)},
+                   **source.provided_credentials()}
+    endpoint = str(client_kwargs.get("endpoint_url") or "")
+    s3_config: dict[str, Any] = {}
+    if endpoint:
+        s3_config["endpoint"] = endpoint
+    region = client_kwargs.get("region_name")
+    s3_config["region"] = region or "us-east-1"
+    if options.get("anon"):
+        s3_config["skip_signature"] = True
+    if credentials.get("key"):
+        s3_config["access_key_id"] = credentials["key"]
+        s3_config["secret_access_key"] = credentials.get("secret", "")
+    if credentials.get("token"):
+        s3_config["token"] = credentials["token"]
+    if endpoint and "amazonaws.com" not in endpoint:
+        s3_config["virtual_hosted_style_request"] = False  # a local endpoint (moto, MinIO) is path-style
+    return s3_config, endpoint
