@@ -1,7 +1,8 @@
 """Session fixtures: one server per store (per xdist worker), on 127.0.0.1 and a free port.
 
 Loaded by tests/conftest.py (``pytest_plugins``). Azurite comes from npm: .ci/run installs it
-into .ci/npm; where node or that install is missing locally, the Azure tests skip saying so.
+into .ci/npm, and the tests do where npm is on PATH; where npm and Azurite are both missing, the
+Azure tests skip saying so.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ tests/store_fixtures.py starts each once per session (per xdist worker).
 from __future__ import annotations
 
 import email.utils
+import fcntl
 import functools
 import os
 import shutil
@@ -190,11 +191,28 @@ class FakeGcs:
         return {"base_url": self.url, "skip_signature": True}
 
 
+AZURITE = "azurite@3.37.0"
+
+
 def azurite_command() -> str | None:
-    """``azurite-blob``: $TIERLOAD_AZURITE, then .ci/npm (where .ci/run installs it), then PATH."""
-    for candidate in (os.environ.get("TIERLOAD_AZURITE"), REPO / ".ci" / "npm" / "node_modules" / ".bin" / "azurite-blob"):
+    """``azurite-blob``: $TIERLOAD_AZURITE, then .ci/npm (where .ci/run installs it, and where it is
+    installed here from npm when npm is on PATH: the README's test command needs nothing else),
+    then PATH; None when none of these has it."""
+    installed = REPO / ".ci" / "npm" / "node_modules" / ".bin" / "azurite-blob"
+    for candidate in (os.environ.get("TIERLOAD_AZURITE"), installed):
         if candidate and os.path.exists(candidate):
             return str(candidate)
+    npm = shutil.which("npm")
+    if npm is not None and shutil.which("azurite-blob") is None:
+        installed.parent.parent.parent.mkdir(parents=True, exist_ok=True)
+        with open(installed.parent.parent.parent / ".install.lock", "w") as lock:  # one install per xdist run
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not installed.exists():
+                subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix",
+                                str(installed.parent.parent.parent), AZURITE], check=False, capture_output=True,
+                               timeout=600)
+        if installed.exists():
+            return str(installed)
     return shutil.which("azurite-blob")
 
 
