@@ -120,8 +120,17 @@ def faulty_s3(s3):
 # beside the tests before them (Ray and S3 tests often leave a core idle), and the first of them
 # waits for what is left of it instead of compiling all of it itself. Not niced: a first test
 # that waits for a starved compile would outlast its timeout on a loaded machine.
+# Every xdist worker collects every test, so each would start a compile of the same functions:
+# the compiles take turns on a lock beside numba's cache, and all but the first load what it wrote.
 _compile_process = pytest.StashKey[subprocess.Popen]()
-_COMPILE = "from tierload.simulator.fast import warm_up; warm_up()"
+_COMPILE = """
+import fcntl, pathlib, tierload.simulator.fast as fast
+cache = pathlib.Path(fast.__file__).parent / "__pycache__"
+cache.mkdir(exist_ok=True)
+with open(cache / ".tests-compile.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    fast.warm_up()
+"""
 
 
 def pytest_collection_finish(session):

@@ -1,4 +1,4 @@
-"""The owner of a command's processes (tierload.child_processes), on real processes: an orphaned
+"""The owner of a command's processes (tierload.cli.child_processes), on real processes: an orphaned
 grandchild is ended at exit, a process handed off is kept only when the command succeeded, and
 SIGTERM unwinds the command like Ctrl-C (exit 143)."""
 
@@ -18,7 +18,7 @@ import pytest
 # ends as argv[1] says: "ok" (exit 0), "fail" (exit 1) or "wait" (until a signal).
 COMMAND = r"""
 import json, subprocess, sys, time
-from tierload.child_processes import own_children
+from tierload.cli.child_processes import own_children
 owner = own_children()
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "

@@ -12,7 +12,7 @@ import importlib
 
 import click
 
-from tierload.child_processes import own_children
+from tierload.cli.child_processes import own_children
 from tierload.cli.errors import debug_enabled, fail
 from tierload.cli.quiet import configure_output
 
@@ -72,7 +72,7 @@ cli.add_command(warm)
 
 def main() -> None:
     """The ``tierload`` program: :func:`cli` with every process a command starts ended when it ends
-    (returns, fails, Ctrl-C or SIGTERM; see :mod:`tierload.child_processes`)."""
+    (returns, fails, Ctrl-C or SIGTERM; see :mod:`tierload.cli.child_processes`)."""
     owner = own_children()
     try:
         cli()

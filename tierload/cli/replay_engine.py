@@ -10,7 +10,7 @@ So, until the compiled replay is built:
   (:data:`REFERENCE_ACCESSES` replayed accesses, at ~300,000 a CPU-second) is replayed by it
   (the same decision at every access, tests/test_fast_simulator.py), while a child process
   compiles in the background for the next runs (it is left to finish when the command
-  succeeds, ended with it otherwise, see :mod:`tierload.child_processes`);
+  succeeds, ended with it otherwise, see :mod:`tierload.cli.child_processes`);
 - a larger one waits for the compile, with a line and a progress bar.
 
 Either way one line on stderr says what is happening.
@@ -31,7 +31,7 @@ BUILD_NICE = 10  # the background compile yields the cores to the replay the use
 
 def _build_in_background() -> int | None:
     """Start the compile in a child process; returns its pid (None: it could not start)."""
-    from tierload.child_processes import owner
+    from tierload.cli.child_processes import owner
 
     def lower_priority() -> None:
         os.nice(BUILD_NICE)
