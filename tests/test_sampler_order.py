@@ -16,7 +16,7 @@ from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader, DistributedSampler, WeightedRandomSampler
 
 from tierload.data.runs import counted_runs
-from tierload.errors import SampleIndexError, ServiceError
+from tierload.errors import ConfigError, SampleIndexError, ServiceError
 from tierload.simulator.belady import min_hits
 
 
@@ -116,6 +116,10 @@ def test_a_sampler_epoch_resumes_mid_epoch_with_exactly_the_rest(bucket, tier_co
     reference.set_epoch(2)
     objects = {i: index_of(resumed[i][0]) for i in range(30)}
     assert taken + rest == [objects[i] for i in reference]
+    # The sampler's sequence is each rank's own order: it cannot be split over another world size.
+    elsewhere = make_dataset(f"s3://{name}/ds", config, layout="files", sampler=sampler(), rank=0, world_size=2)
+    with pytest.raises(ConfigError, match="world size 1, this rank runs at 2.*sampler="):
+        elsewhere.load_state_dict(state)
 
 
 def test_an_epochs_order_is_iterated_once_unless_set_epoch_asks_again():

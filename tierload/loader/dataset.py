@@ -617,6 +617,11 @@ class TieredDataset(IterableDataset):
                 raise ConfigError(f"the state was saved when epoch {state['epoch']} drew {state['mixture_counts']} "
                                   f"samples per source, these weights draw {counts}; resume with the weights of the "
                                   "saved epoch and change them from a later one (curriculum={epoch: weights})")
+        if int(state["world_size"]) != world and self._sampler_orders is not None:
+            raise ConfigError(f"the state was taken at world size {state['world_size']}, this rank runs at {world}; "
+                              "with sampler= the sampler's sequence is each rank's own order, so tierload cannot "
+                              f"split what is left over other ranks: resume at world size {state['world_size']}, "
+                              "or start the epoch again with a sampler for the new world size")
         if int(state["world_size"]) != world:
             state = rebased(state, rank, world, self._epoch_samples(int(state["epoch"])))
         self._segments = (int(state["epoch"]), state_chain(state))
