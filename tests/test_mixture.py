@@ -218,3 +218,35 @@ def test_a_sampler_over_several_sources_is_refused_with_the_way_that_works(sourc
 
     with pytest.raises(ConfigError, match=r"sampler=\[0, 1\] with 2 sources.*weight"):
         TieredDataset(sources[:2], tier_config(), sampler=[0, 1], lazy=True)
+
+
+def test_a_stateful_loaders_mixture_state_resumes_at_another_world_size(sources, mixtures):
+    """The same under torchdata's StatefulDataLoader: (2 ranks, 2 workers) for 3 batches, then rank
+    0's loader state on (3 ranks, 1 worker): epoch 0's global order exactly once, padding aside."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed")
+    two = [Source(sources[0].url, 0.7, "files", storage_options=sources[0].storage_options),
+           Source(sources[1].url, 0.3, "jsonl")]
+
+    def global_ids(dataset, batch) -> list[int]:
+        return [int(dataset._mixture.sample_offsets[s]) + local_id(x, s) for x, _, s in batch]
+
+    consumed: list[int] = []
+    states = []
+    for rank in range(2):
+        dataset = mixtures(two, batch_size=4, seed=9, rank=rank, world_size=2)
+        loader = stateful.StatefulDataLoader(dataset, batch_size=4, num_workers=2, collate_fn=list)
+        iterator = iter(loader)
+        for _ in range(3):
+            consumed += global_ids(dataset, next(iterator))
+        states.append(loader.state_dict())
+        del iterator
+    rest: list[int] = []
+    for rank in range(3):
+        resumed = mixtures(two, batch_size=4, seed=0, rank=rank, world_size=3)
+        resumed.load_state_dict(states[0])  # the whole loader state, rank 0's
+        for batch in DataLoader(resumed, batch_size=4, num_workers=1, collate_fn=list):
+            rest += global_ids(resumed, batch)
+    global_order = mixtures(two, batch_size=4, seed=9).global_order(0).tolist()
+    everything = Counter(consumed + rest)
+    assert len(consumed) == 24 and set(everything) == set(global_order)
+    assert everything - Counter(global_order) <= Counter(rest) and sum((everything - Counter(global_order)).values()) < 3
