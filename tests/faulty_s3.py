@@ -3,10 +3,11 @@
 Requests are forwarded unchanged (aiohttp, on its own event-loop thread); rules decide per
 request whether to answer with an S3 error instead, to cut the body short, to slow it down or
 never to answer it. :meth:`FaultyS3.refuse_connections_for` closes the port for a while (an
-endpoint outage: connections refused). It also counts the GETs it receives per object key, and
-the access key id every signed request carries (moto accepts any key: this is how a test proves
-which credentials a process used); ``refused_on_prefix`` answers one key's requests under a prefix
-with 403 AccessDenied, as an IAM policy would, and ``request_times`` records when every request
+endpoint outage: connections refused). It also counts the GETs it receives per object key (and
+the body bytes it answers them with), and the access key id every signed request carries (moto
+accepts any key: this is how a test proves which credentials a process used);
+``refused_on_prefix`` answers one key's requests under a prefix with 403 AccessDenied, as an IAM
+policy would, and ``request_times`` records when every request
 arrived (a request-rate limit is checked on them). Tests get one through the ``faulty_s3`` fixture
 (tests/conftest.py).
 """
@@ -85,6 +86,7 @@ class Faults:
     request_times: list[float] = field(default_factory=list)    # time.monotonic() of every request received
     access_keys: Counter = field(default_factory=Counter)       # signed requests per access key id
     gets: Counter = field(default_factory=Counter)
+    get_bytes: Counter = field(default_factory=Counter)         # body bytes of the GETs answered, per object key
     clients: Counter = field(default_factory=Counter)            # GETs per (user agent's first word, signed?)
     open_gets: int = 0                                           # GETs being answered now
     max_open_gets: int = 0                                       # the most GETs ever answered at once
@@ -188,6 +190,8 @@ class FaultyS3:
                 await response.write(payload[:len(payload) // 2])
                 request.transport.close()  # the stream breaks off halfway
                 return response
+            if is_get and upstream.status in (200, 206):
+                self.faults.get_bytes[key] += len(payload)
             for start in range(0, len(payload), 65536):
                 if is_get and self.faults.slow_chunk_s:
                     await asyncio.sleep(self.faults.slow_chunk_s)
