@@ -148,13 +148,14 @@ class _LineScan:
             self._carry = buf
 
     def finish(self) -> list[_BlockLines]:
-        """The blocks, in file order; blocks without a record are left out."""
+        """The blocks, in file order; blocks with neither a record nor a bad line are left out
+        (a block of bad lines alone is kept so that its lines are counted; it plans no block)."""
         if self._carry:  # a last line without a newline
             size = self._carry_at + len(self._carry)
             self._lines(self._carry + b"\n", np.array([len(self._carry)], np.int64))
             for block in self.blocks.values():
                 block.end = min(block.end, size)
-        return [block for _, block in sorted(self.blocks.items()) if block.records]
+        return [block for _, block in sorted(self.blocks.items()) if block.records or block.bad]
 
     def _lines(self, buf: bytes, ends: np.ndarray) -> None:
         """Account the lines of ``buf`` that end at the newlines ``ends`` (``buf`` starts a line)."""
@@ -234,14 +235,17 @@ def plan_lines(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: in
     block_lines: list[list[Any]] = []
     bad_lines: dict[str, list[int]] = {}
     for file_index, ((obj, _codec), scanned) in enumerate(zip(files, scans, strict=True)):
-        if not scanned:
-            skipped[obj.url] = "holds only blank lines"
+        if not any(block.records for block in scanned):
+            skipped[obj.url] = ("holds no record: only blank lines and lines that are not JSON (see bad_lines)"
+                                if any(block.bad for block in scanned) else "holds only blank lines")
         for block in scanned:
+            if block.bad:  # counted even where the block holds no record and plans no block
+                bad_lines.setdefault(obj.url, []).extend(block.bad)
+            if not block.records:
+                continue
             blocks.append(Block.of(obj.url, obj.version, block.start, block.end - block.start))
             counts.append(block.records)
             block_lines.append([file_index, block.first_line, block.bad])
-            if block.bad:
-                bad_lines.setdefault(obj.url, []).extend(block.bad)
     for url, numbers in bad_lines.items():
         log.warning("%s: %d lines are not JSON and are left out (manifest.on_bad_lines: skip): lines %s%s", url,
                     len(numbers), numbers[:10], " ..." if len(numbers) > 10 else "")
