@@ -13,6 +13,7 @@ every sequence's tokens back to back, and ``x.idx``, little-endian:
 ``sizes``             int32[N]: tokens per sequence
 ``pointers``          int64[N]: byte offset of each sequence in the ``.bin``
 ``document indices``  int64[D]
+``sequence modes``    int8[N], only in a multimodal index (refused: its ``.bin`` is not only tokens)
 ====================  =====================================================================
 
 Only token dtypes are read (uint16, int32); the sequences must lie back to back from byte 0,
@@ -71,6 +72,10 @@ def parse_megatron_index(data: bytes, url: str = "") -> MegatronIndex:
         raise ManifestError(f"Megatron-LM index of dtype {name}: token files hold uint16 or int32 tokens",
                             tier="cold", url=url)
     expected = _HEADER.size + sequences * (4 + 8) + documents * 8
+    if len(data) == expected + sequences:  # Megatron's multimodal index: one int8 mode per sequence after
+        raise ManifestError(f"Megatron-LM multimodal index ({sequences} sequence modes after the document "
+                            "indices): its .bin is not a token stream; write the text with a plain "
+                            "(multimodal=False) IndexedDatasetBuilder", tier="cold", url=url)
     if len(data) != expected:
         raise ManifestError(f"Megatron-LM index of {sequences} sequences and {documents} documents is {expected} "
                             f"bytes long, the file has {len(data)}", tier="cold", url=url)
