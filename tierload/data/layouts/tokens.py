@@ -39,6 +39,7 @@ Samples are ``(window, -1)``: an int64 tensor of ``W`` tokens, or with
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence, overload
 
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 
 # Token dtypes read (any byte order in a .npy; little-endian in a .bin).
 _TOKEN_KINDS = {("u", 2), ("u", 4), ("i", 4)}
+_READS_IN_FLIGHT = 16  # the listing's small GETs (headers, indexes, carried tokens) at once
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def token_files(source: ColdSource, objects: list[ObjectInfo], raw_dtype: str) -
         ManifestError: A token file cannot be read as one (see the module docstring).
     """
     by_url = {obj.url: obj for obj in objects}
-    files: list[TokenFile] = []
+    candidates: list[tuple[ObjectInfo, ObjectInfo | None]] = []
     skipped: dict[str, str] = {}
     for obj in objects:
         lower = obj.url.lower()
@@ -117,12 +119,17 @@ def token_files(source: ColdSource, objects: list[ObjectInfo], raw_dtype: str) -
         if not lower.endswith((".bin", ".npy")):
             skipped[obj.url] = "not a token file (.bin, .npy, or a Megatron-LM .bin + .idx pair)"
             continue
-        index = by_url.get(obj.url[:-4] + ".idx") if lower.endswith(".bin") else None
-        found = _token_file(source, obj, index, np.dtype(raw_dtype).newbyteorder("<"))
-        if found.tokens == 0:
-            skipped[obj.url] = "holds no tokens"
-            continue
-        files.append(found)
+        candidates.append((obj, by_url.get(obj.url[:-4] + ".idx") if lower.endswith(".bin") else None))
+    dtype = np.dtype(raw_dtype).newbyteorder("<")
+    # A header or an index is one small GET a file: in flight together, not one round trip after another.
+    with ThreadPoolExecutor(max_workers=_READS_IN_FLIGHT) as pool:
+        found = list(pool.map(lambda item: _token_file(source, item[0], item[1], dtype), candidates))
+    files: list[TokenFile] = []
+    for file in found:
+        if file.tokens == 0:
+            skipped[file.url] = "holds no tokens"
+        else:
+            files.append(file)
     return files, skipped
 
 
@@ -165,7 +172,7 @@ def plan_tokens(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: i
     blocks: list[Block] = []
     counts: list[int] = []
     block_file: list[int] = []
-    carries: dict[str, list[int]] = {}
+    carried: dict[int, tuple[int, int]] = {}  # block -> (its file, tokens its last window takes from the next)
     tail = total - stream_windows * width if cross_files else sum(file.tokens % width for file in files)
     seen = 0  # tokens of the stream before this file
     for number, file in enumerate(files):
@@ -189,12 +196,15 @@ def plan_tokens(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: i
             counts.append(hi - lo)
             block_file.append(number)
             if end > file.tokens:  # the last window runs into the next file(s)
-                carries[str(len(blocks) - 1)] = _following_tokens(source, files, number, end - file.tokens)
+                carried[len(blocks) - 1] = (number, end - file.tokens)
     if not blocks:
         hint = "" if cross_files else " or set manifest.token_cross_files: true"
         raise ManifestError(f"{total} tokens in {len(files)} token files make no window of {width} tokens "
                             f"(manifest.seq_len_tokens={seq_len} + 1); lower manifest.seq_len_tokens{hint}",
                             tier="cold", url=source.url)
+    with ThreadPoolExecutor(max_workers=_READS_IN_FLIGHT) as pool:
+        taken = pool.map(lambda item: _following_tokens(source, files, *item), carried.values())
+        carries = {str(block): tokens for block, tokens in zip(carried, taken, strict=True)}
     if tail:
         log.info("token windows of %s: %d tokens do not fill a window of %d and are dropped", source.url, tail, width)
     described = [{"url": f.url, "descr": np.lib.format.dtype_to_descr(f.dtype), "tokens": f.tokens} for f in files]
