@@ -68,7 +68,7 @@ def run(args) -> dict:
             loss.backward()
             optimizer.step()
             firsts.extend(int(token) for token in inputs[:, 0])
-        print(f"epoch {epoch}: {len(firsts)} windows, loss {float(loss):.3f}, "
+        print(f"epoch {epoch}: {len(firsts)} windows, loss {loss.item():.3f}, "
               f"cold bytes {dataset.epoch_stats(epoch)['cold_bytes']:.0f}", flush=True)
     if args.record:
         with open(args.record, "w", encoding="utf-8") as handle:
