@@ -97,12 +97,18 @@ class StreamTable:
             stream.stats = new_stats()
             stream.lineage = plan.lineage or stream_id
             stream.identity = plan.identity
+            stream.readers = self._catalog.readers_of(plan.dataset_id, plan.identity)
             self._forget_ghost(stream.lineage)
             self._streams[stream_id] = stream
             self._streams_by_dataset[stream.dataset_id].append(stream)
         self._last_active[stream_id] = time.monotonic()
         self._cond.notify_all()
         return True
+
+    def owner_of(self, stream_id: str) -> str | None:
+        """The identity an open stream serves, or None when ``stream_id`` is not open."""
+        stream = self._streams.get(stream_id)
+        return stream.identity if stream is not None else None
 
     def require(self, stream_id: str) -> Stream:
         """The open stream ``stream_id``, marked active.

@@ -50,8 +50,8 @@ class NodeCacheClient(NodeCacheAPI):
         return self.channel.call(NodeCacheAPI.register_dataset, registration)
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
-                    plan: StreamPlan | None = None) -> bool:
-        return self.channel.call(NodeCacheAPI.open_stream, stream_id, consumer, num_consumers, plan)
+                    plan: StreamPlan | None = None, identity: str = "") -> bool:
+        return self.channel.call(NodeCacheAPI.open_stream, stream_id, consumer, num_consumers, plan, identity)
 
     def progress(self, stream_id: str, consumer: int, position: int) -> None:
         """Sent one-way: the training loop never waits for it."""
@@ -62,8 +62,8 @@ class NodeCacheClient(NodeCacheAPI):
         self.channel.notify(NodeCacheAPI.close_consumer, stream_id, consumer)
 
     def acquire(self, stream_id: str, consumer: int, position: int,
-                corrupt_key: str | None = None) -> HotBlock | WireBlock:
-        return self.channel.call(NodeCacheAPI.acquire, stream_id, consumer, position, corrupt_key)
+                corrupt_key: str | None = None, identity: str = "") -> HotBlock | WireBlock:
+        return self.channel.call(NodeCacheAPI.acquire, stream_id, consumer, position, corrupt_key, identity)
 
     def invalidate(self, keys: list[str]) -> int:
         return self.channel.call(NodeCacheAPI.invalidate, keys)
