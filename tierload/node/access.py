@@ -116,11 +116,11 @@ class AccessGate:
                                     tier="cold", url=url)
 
 
-def require_owner(owner: str | None, identity: str, stream_id: str, url: str) -> None:
+def require_owner(owner: str, identity: str, stream_id: str, url: str) -> None:
     """Refuse a call on a stream from another job than the one that opened it.
 
     Args:
-        owner: The identity the stream was opened for (None: the stream is not open: nothing to refuse).
+        owner: The identity the stream was opened for.
         identity: The caller's identity.
         stream_id: The stream (named in the error).
         url: The stream's dataset URL (named in the error).
@@ -128,7 +128,7 @@ def require_owner(owner: str | None, identity: str, stream_id: str, url: str) ->
     Raises:
         AccessDeniedError: ``identity`` is not the stream's owner.
     """
-    if owner is not None and not hmac.compare_digest(owner, identity):
+    if not hmac.compare_digest(owner, identity):
         raise AccessDeniedError(f"stream {stream_id} belongs to another job's credentials: this node cache serves "
                                 "its blocks to that job only; open a stream of your own (register the dataset with "
                                 "your credentials first: TieredDataset.start does)", tier="cold", url=url)

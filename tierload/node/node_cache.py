@@ -263,14 +263,13 @@ class NodeCache(NodeCacheServiceAPI):
                 url = self._catalog.first_source_url(plan.dataset_id) if known else ""
             if known:  # an unknown dataset: the stream table's ServiceError asks the job to register it
                 self._access.require(plan.dataset_id, plan.identity, url)
-        with self._cond:
-            self._require_owner(stream_id, identity)
         if plan is not None and self._sync is not None:
             try:
                 self._sync.flush()  # an up-to-date holder map before the epoch's first fetches
             except Exception:  # noqa: BLE001 - the periodic sync retries; prefetching may start
                 log.warning("sync with the coordinator before opening %s failed", stream_id, exc_info=True)
         with self._cond:
+            self._require_owner(self._streams.find(stream_id), identity)  # in the same hold as the join
             return self._streams.open(stream_id, num_consumers, plan)
 
     def progress(self, stream_id: str, consumer: int, position: int) -> None:
@@ -305,7 +304,7 @@ class NodeCache(NodeCacheServiceAPI):
         deadline = time.monotonic() + ACQUIRE_TIMEOUT_S
         with self._cond:
             stream = self._streams.require(stream_id)
-            self._require_owner(stream_id, identity)
+            self._require_owner(stream, identity)
             if corrupt_key is not None:
                 self._drop_corrupt(corrupt_key, stream)
             key, found = self._parts.acquire(stream, consumer, position, deadline)
@@ -500,12 +499,11 @@ class NodeCache(NodeCacheServiceAPI):
             everything = self._hot.resident_keys() if full else None
         return counts, added, removed, everything
 
-    def _require_owner(self, stream_id: str, identity: str) -> None:
+    def _require_owner(self, stream: Stream | None, identity: str) -> None:
         """Refuse a call on an open stream of another job (call under the lock; see :func:`require_owner`)."""
-        owner = self._streams.owner_of(stream_id)
-        if owner is not None:
-            stream = self._streams.require(stream_id)
-            require_owner(owner, identity, stream_id, self._catalog.first_source_url(stream.dataset_id))
+        if stream is not None:
+            url = self._catalog.first_source_url(stream.dataset_id)
+            require_owner(stream.identity, identity, stream.stream_id, url)
 
     def _drop_corrupt(self, key: str, stream: Stream) -> None:
         if self._hot.drop(key):

@@ -105,10 +105,9 @@ class StreamTable:
         self._cond.notify_all()
         return True
 
-    def owner_of(self, stream_id: str) -> str | None:
-        """The identity an open stream serves, or None when ``stream_id`` is not open."""
-        stream = self._streams.get(stream_id)
-        return stream.identity if stream is not None else None
+    def find(self, stream_id: str) -> Stream | None:
+        """The open stream ``stream_id``, or None (nothing marked active)."""
+        return self._streams.get(stream_id)
 
     def require(self, stream_id: str) -> Stream:
         """The open stream ``stream_id``, marked active.
