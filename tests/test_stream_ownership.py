@@ -6,7 +6,7 @@ refuses one access key on the dataset's prefix (403 AccessDenied, as an IAM poli
 counts the requests each key signed. Job A owns an open stream; job B (refused by the store) and
 job C (admitted to the dataset, but not the stream's owner) ask the same node cache for its bytes
 through every call that serves them: joining A's stream, acquiring from it, opening a stream of
-the dataset, reading a sample (``ds[i]``). Each gets a typed AccessDeniedError naming the URL and
+the dataset, reading a sample (``ds[i]``); and try to move or close A's consumers. Each gets a typed AccessDeniedError naming the URL and
 no bytes; A is served. Then a mixture of two sources, each readable by its own key only: its
 blocks are read from cold with each source's own key, even where another job registered a source
 first with a key of its own.
@@ -25,6 +25,7 @@ from tierload.loader.consumer import BlockReader, NodeLink
 from tierload.loader.mixture_sources import Source
 from tierload.stores.cold.identity import identity_of
 from tierload.stores.cold.location import ColdLocation
+from tierload.wire.api import NodeCacheAPI
 from tierload.wire.messages import BlockTable, DatasetRegistration, SampleRead, StreamPlan
 
 OBJECTS = 12
@@ -71,6 +72,13 @@ def test_no_job_is_served_bytes_of_another_jobs_stream_or_of_a_dataset_it_was_no
                                   identity=intruder.identity)
             with pytest.raises(AccessDeniedError):
                 intruder.call(lambda cache: cache.open_stream("a-epoch", 1, 2, own_plan))
+            # Nor may it move A's consumers: a cursor moved ahead, or a consumer closed, would let the
+            # cache drop what A needs next. (Sent as calls with an answer: the typed client sends them one-way.)
+            channel = intruder.client.channel
+            with pytest.raises(AccessDeniedError, match="belongs to another job"):
+                channel.call(NodeCacheAPI.progress, "a-epoch", 0, len(seq), intruder.identity)
+            with pytest.raises(AccessDeniedError, match="belongs to another job"):
+                channel.call(NodeCacheAPI.close_consumer, "a-epoch", 0, intruder.identity)
             # The reader the training loop uses gets no bytes through the node cache.
             with pytest.raises(AccessDeniedError):
                 BlockReader(intruder).read("a-epoch", 0, 0, "not-held-" + "0" * 32)  # a key no hot file has
@@ -95,7 +103,7 @@ def test_no_job_is_served_bytes_of_another_jobs_stream_or_of_a_dataset_it_was_no
         got = [reader.read("a-epoch", 0, position, block.key) for position, block in enumerate(manifest.blocks)]
         assert sorted(index_of(data) for data in got) == list(range(OBJECTS))
         assert sorted(got) == sorted(payloads)
-        link_a.call(lambda cache: cache.close_consumer("a-epoch", 0))
+        link_a.call(lambda cache: cache.close_consumer("a-epoch", 0, identity_a))
 
 
 def _mixture_ids(dataset) -> list[tuple[int, int]]:

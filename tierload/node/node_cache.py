@@ -272,14 +272,26 @@ class NodeCache(NodeCacheServiceAPI):
             self._require_owner(self._streams.find(stream_id), identity)  # in the same hold as the join
             return self._streams.open(stream_id, num_consumers, plan)
 
-    def progress(self, stream_id: str, consumer: int, position: int) -> None:
-        """``consumer`` has consumed every position before ``position`` (one-way call)."""
+    def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:
+        """``consumer`` has consumed every position before ``position`` (one-way call; only from the
+        stream's own job, ``identity``: another's would move what the cache keeps for it).
+
+        Raises:
+            AccessDeniedError: The stream is another job's.
+        """
         with self._cond:
+            self._require_owner(self._streams.find(stream_id), identity)
             self._streams.progress(stream_id, consumer, position)
 
-    def close_consumer(self, stream_id: str, consumer: int) -> None:
-        """``consumer`` is done with the stream (end of epoch, or the iterator was closed)."""
+    def close_consumer(self, stream_id: str, consumer: int, identity: str = "") -> None:
+        """``consumer`` is done with the stream (end of epoch, or the iterator was closed); only
+        from the stream's own job (``identity``).
+
+        Raises:
+            AccessDeniedError: The stream is another job's.
+        """
         with self._cond:
+            self._require_owner(self._streams.find(stream_id), identity)
             self._streams.close_consumer(stream_id, consumer)
 
     def acquire(self, stream_id: str, consumer: int, position: int,

@@ -109,12 +109,12 @@ class NodeCacheAPI(Protocol):
         A join presents the job's ``identity`` (a plan carries its own): another job's stream is refused."""
         ...
 
-    def progress(self, stream_id: str, consumer: int, position: int) -> None:
-        """``consumer`` consumed every position before ``position`` (sent one-way)."""
+    def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:
+        """``consumer`` consumed every position before ``position`` (sent one-way; the stream's own job only)."""
         ...
 
-    def close_consumer(self, stream_id: str, consumer: int) -> None:
-        """``consumer`` is done with the stream (sent one-way)."""
+    def close_consumer(self, stream_id: str, consumer: int, identity: str = "") -> None:
+        """``consumer`` is done with the stream (sent one-way; the stream's own job only)."""
         ...
 
     def acquire(self, stream_id: str, consumer: int, position: int,

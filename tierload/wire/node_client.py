@@ -53,13 +53,13 @@ class NodeCacheClient(NodeCacheAPI):
                     plan: StreamPlan | None = None, identity: str = "") -> bool:
         return self.channel.call(NodeCacheAPI.open_stream, stream_id, consumer, num_consumers, plan, identity)
 
-    def progress(self, stream_id: str, consumer: int, position: int) -> None:
+    def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:
         """Sent one-way: the training loop never waits for it."""
-        self.channel.notify(NodeCacheAPI.progress, stream_id, consumer, position)
+        self.channel.notify(NodeCacheAPI.progress, stream_id, consumer, position, identity)
 
-    def close_consumer(self, stream_id: str, consumer: int) -> None:
+    def close_consumer(self, stream_id: str, consumer: int, identity: str = "") -> None:
         """Sent one-way: the training loop never waits for it."""
-        self.channel.notify(NodeCacheAPI.close_consumer, stream_id, consumer)
+        self.channel.notify(NodeCacheAPI.close_consumer, stream_id, consumer, identity)
 
     def acquire(self, stream_id: str, consumer: int, position: int,
                 corrupt_key: str | None = None, identity: str = "") -> HotBlock | WireBlock:
