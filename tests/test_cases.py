@@ -141,10 +141,10 @@ def _single_reader(endpoint: Endpoint, stream_id: str, plan: StreamPlan, key: st
     from tierload.loader.consumer import BlockReader, NodeLink
 
     time.sleep(delay_s)
-    link = NodeLink(endpoint)
+    link = NodeLink(endpoint, plan.identity)  # the job's own identity: the stream serves it only
     link.call(lambda cache: cache.open_stream(stream_id, 0, 1, plan))
     data = BlockReader(link).read(stream_id, 0, 0, key)
-    link.call(lambda cache: cache.close_consumer(stream_id, 0))
+    link.call(lambda cache: cache.close_consumer(stream_id, 0, link.identity))
     return hashlib.sha256(data).hexdigest()
 
 

@@ -137,9 +137,10 @@ def test_the_node_cache_channel_serves_only_its_allow_list(node_cache):
             with pytest.raises(MethodNotAllowedError):
                 client.call(named_call(method))
         assert client.call(NodeCacheAPI.ready) is True  # the refused calls closed nothing
-        with pytest.raises(MessageError, match="DatasetRegistration version 2"):
+        newer = DatasetRegistration.VERSION + 1
+        with pytest.raises(MessageError, match=f"DatasetRegistration version {newer}"):
             client.call(NodeCacheAPI.register_dataset, dataclasses.replace(
-                DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS)), version=2))
+                DatasetRegistration("d", LOCATION, BlockTable.of(BLOCKS)), version=newer))
         typed = NodeCacheClient(endpoint.address, endpoint.authkey)  # the typed client consumers use
         # BLOCKS' own store (file://): no access check, which an S3 LOCATION at port 9 could not pass.
         local = ColdLocation("file:///data")

@@ -74,19 +74,22 @@ class NodeLink:
 
     Args:
         endpoint: As returned by the cache's ``endpoint()``.
+        identity: The job's identity (:func:`~tierload.stores.cold.identity.identity_of` of its
+            cold location): presented with every call that is served a stream's or sample's bytes.
     """
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, identity: str = "") -> None:
         self.endpoint = Endpoint.received(endpoint)
+        self.identity = identity
         self.client = NodeCacheClient(endpoint.address, endpoint.authkey)
         self.reconnects = 0
         self._last_attempt = 0.0
 
     def __getstate__(self):
-        return {"endpoint": self.endpoint}
+        return {"endpoint": self.endpoint, "identity": self.identity}
 
     def __setstate__(self, state):
-        NodeLink.__init__(self, state["endpoint"])
+        NodeLink.__init__(self, state["endpoint"], state.get("identity", ""))
 
     @property
     def hot_dirs(self) -> tuple[str, ...]:
@@ -198,7 +201,8 @@ class BlockReader:
         self.stats["misses"] += 1
         for _ in range(3):
             try:
-                answer = self.link.client.acquire(stream_id, consumer, position, key if corrupt else None)
+                answer = self.link.client.acquire(stream_id, consumer, position, key if corrupt else None,
+                                                  self.link.identity)
             except StreamNotOpenError:
                 self._reopen()
                 continue

@@ -259,7 +259,7 @@ class TieredDataset(IterableDataset):
                         "epoch (docs/packs.md)", self._manifest.num_packs)
         warn_hot_fit_once(self.config, self._manifest.blocks, self.url)  # reads bypass a hot tier too small
         self._endpoint = attach_node_cache(self.config, self)  # found or started; re-created if removed for good
-        self._link = NodeLink(self._endpoint)
+        self._link = NodeLink(self._endpoint, identity_of(self._cold))
         self._register()
         stale = previous - {block.key for block in self._manifest.blocks}
         if stale:

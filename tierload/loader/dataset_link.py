@@ -70,7 +70,8 @@ def join_stream(link: NodeLink, stream_id: str, worker: int, workers: int, plan:
 
 def _join_once(link: NodeLink, stream_id: str, worker: int, workers: int, plan: Callable[[], StreamPlan],
                register: Callable[[NodeLink], None]) -> None:
-    if link.call(lambda cache: cache.open_stream(stream_id, worker, workers), wait_s=REJOIN_WAIT_S):
+    if link.call(lambda cache: cache.open_stream(stream_id, worker, workers, identity=link.identity),
+                 wait_s=REJOIN_WAIT_S):
         return
     try:
         link.call(lambda cache: cache.open_stream(stream_id, worker, workers, plan()))

@@ -193,7 +193,8 @@ class EpochReader:
                     yield sample, label, int(source_of_block[block_id])
                 if (index + 1 - self.skip) % report_every == 0:
                     consumed = position + 1
-                    link.notify(lambda cache: cache.progress(self.stream_id, self.worker, consumed))  # noqa: B023 - called at once
+                    link.notify(lambda cache: cache.progress(self.stream_id, self.worker, consumed,  # noqa: B023 - called at once
+                                                             link.identity))
         finally:
-            link.notify(lambda cache: cache.close_consumer(self.stream_id, self.worker))
+            link.notify(lambda cache: cache.close_consumer(self.stream_id, self.worker, link.identity))
             context.consumer_stats.update(reader.stats)

@@ -25,6 +25,7 @@ from tierload.data.packs import manifest_settings
 from tierload.errors import ConfigError
 from tierload.loader.consumer import DirectSource, NodeLink
 from tierload.loader.dataset_link import register_dataset
+from tierload.stores.cold.identity import identity_of
 from tierload.stores.cold.location import ColdLocation, canonical_url, check_dataset_url
 from tierload.stores.cold.source import ColdSource
 from tierload.wire.messages import BlockTable, DatasetRegistration
@@ -196,10 +197,15 @@ class MixtureSources:
         block list under the mixture's dataset id: the node cache plans the mixture as one stream."""
         for part, path, cold in zip(self.parts, self.paths, self.colds, strict=True):
             register_dataset(link, part, path, cold)
-        if link.call(lambda cache: cache.has_dataset(joined.dataset_id)):
-            return
-        registration = DatasetRegistration(joined.dataset_id, self.colds[0], BlockTable.of(joined.blocks))
-        link.call(lambda cache: cache.register_dataset(registration))
+        # Each source's identity travels with the mixture: the cache admits this job to it only as
+        # admitted to every source, and reads each block with its own source's credentials.
+        parts = tuple((part.dataset_id, identity_of(cold)) for part, cold in zip(self.parts, self.colds, strict=True))
+        known = link.call(lambda cache: cache.has_dataset(joined.dataset_id))
+        registration = DatasetRegistration(joined.dataset_id, self.colds[0],
+                                           BlockTable.of([] if known else joined.blocks), parts=parts)
+        if not link.call(lambda cache: cache.register_dataset(registration)):  # the cache restarted meanwhile
+            full = replace(registration, blocks=BlockTable.of(joined.blocks))
+            link.call(lambda cache: cache.register_dataset(full))
 
     def direct_source(self, joined: Manifest) -> "MixtureDirectSource":
         """Reads without the node cache, each block from its own source."""

@@ -162,14 +162,15 @@ class SampleReader:
 
     def _whole_block(self, block_id: int) -> bytes:
         key = self.manifest.blocks[block_id].key
-        answer = self._ask(SampleRead(self.manifest.dataset_id, key))
+        answer = self._ask(SampleRead(self.manifest.dataset_id, key, identity=self.link.identity))
         raw = self._block_bytes(key, answer)
         if isinstance(raw, bytes):
             return raw
         return self._direct(key)
 
     def _member_or_block(self, block_id: int, member: int) -> HotBlock | WireBlock | MemberFrame | None:
-        return self._ask(SampleRead(self.manifest.dataset_id, self.manifest.blocks[block_id].key, member))
+        return self._ask(SampleRead(self.manifest.dataset_id, self.manifest.blocks[block_id].key, member,
+                                    identity=self.link.identity))
 
     def _from_member_answer(self, block_id: int, sample_id: int,
                             answer: HotBlock | WireBlock | MemberFrame | None) -> tuple[Any, int]:

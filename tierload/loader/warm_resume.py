@@ -67,4 +67,4 @@ def open_warm_stream(link: NodeLink, stream_id: str, plan: StreamPlan, depth_blo
 
 def close_warm_stream(link: NodeLink, stream_id: str) -> None:
     """Close the warm stream (a no-op when it closed already, expired or the cache restarted)."""
-    link.notify(lambda cache: cache.close_consumer(stream_id, 0))
+    link.notify(lambda cache: cache.close_consumer(stream_id, 0, link.identity))

@@ -12,6 +12,13 @@ check is cached per (identity, object URL, object version), so a second registra
 job, or of another job with the same credentials, costs no request, and a changed first object
 is checked again.
 
+Every later call that serves bytes presents the job's identity again and is refused without it
+(:class:`~tierload.errors.AccessDeniedError`, no bytes): a stream's join and each ``acquire``
+must come from the job that opened the stream (:func:`require_owner`: a stream id seen in
+``tierload status`` opens nothing), a sample read (``ds[i]``) from a job admitted to its dataset,
+and a mixture's registration from a job admitted to every source with that source's own
+identity (:meth:`AccessGate.admit_parts`).
+
 Stores whose backend says rights are the process's own (``file://``: the Unix user every job of
 the node cache shares, :attr:`~tierload.stores.cold.backend.ColdBackend.checks_access`) are
 admitted without a request.
@@ -19,6 +26,7 @@ admitted without a request.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import threading
 from collections import defaultdict
@@ -73,6 +81,23 @@ class AccessGate:
         with self._lock:
             self._admitted[dataset_id].add(identity)
 
+    def admit_parts(self, dataset_id: str, identity: str, parts: tuple[tuple[str, str], ...], url: str) -> None:
+        """Admit ``identity`` to a mixture's dataset if each part's identity was admitted to its part.
+
+        Args:
+            dataset_id: The mixture's dataset.
+            identity: The job's identity for the mixture (its first source's).
+            parts: ``((part dataset id, identity), ...)``, every source of the mixture.
+            url: The mixture's first source URL (named in the error).
+
+        Raises:
+            AccessDeniedError: A part was not registered with that identity (or refused it).
+        """
+        for part_id, part_identity in parts:
+            self.require(part_id, part_identity, url)
+        with self._lock:
+            self._admitted[dataset_id].add(identity)
+
     def admitted(self, dataset_id: str, identity: str) -> bool:
         """Whether ``identity`` passed :meth:`admit` for ``dataset_id``."""
         with self._lock:
@@ -89,3 +114,21 @@ class AccessGate:
             raise AccessDeniedError(f"this job's credentials were not checked for dataset {dataset_id} on this node "
                                     "cache: register the dataset with them first (TieredDataset.start does)",
                                     tier="cold", url=url)
+
+
+def require_owner(owner: str, identity: str, stream_id: str, url: str) -> None:
+    """Refuse a call on a stream from another job than the one that opened it.
+
+    Args:
+        owner: The identity the stream was opened for.
+        identity: The caller's identity.
+        stream_id: The stream (named in the error).
+        url: The stream's dataset URL (named in the error).
+
+    Raises:
+        AccessDeniedError: ``identity`` is not the stream's owner.
+    """
+    if not hmac.compare_digest(owner, identity):
+        raise AccessDeniedError(f"stream {stream_id} belongs to another job's credentials: this node cache serves "
+                                "its blocks to that job only; open a stream of your own (register the dataset with "
+                                "your credentials first: TieredDataset.start does)", tier="cold", url=url)

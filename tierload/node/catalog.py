@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +20,8 @@ class _Dataset:
     sizes: np.ndarray = field(init=False)
     # identity -> the cold source with that job's credentials (tierload.stores.cold.identity)
     sources: dict[str, ColdSource] = field(default_factory=dict)
+    # identity -> {dataset id: identity}: whose credentials read each part of a mixture (see readers_of)
+    readers: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.sizes = np.fromiter((block.length for block in self.blocks), dtype=np.int64, count=len(self.blocks))
@@ -49,10 +52,22 @@ class BlockCatalog:
             self._blocks[block.key] = block
             self.key_owners[block.key].append((dataset_id, index))
 
-    def add_identity(self, dataset_id: str, identity: str, source: ColdSource) -> None:
+    def add_identity(self, dataset_id: str, identity: str, source: ColdSource,
+                     parts: Mapping[str, str] | None = None) -> None:
         """Read a registered dataset's blocks with ``source`` for streams of ``identity`` (the first
-        source given for an identity stays)."""
-        self._datasets[dataset_id].sources.setdefault(identity, source)
+        source given for an identity stays); a mixture's with ``parts`` (``{part dataset id:
+        identity}``: each block with the identity its job registered the part under)."""
+        dataset = self._datasets[dataset_id]
+        dataset.sources.setdefault(identity, source)
+        if parts:
+            dataset.readers.setdefault(identity, dict(parts))
+
+    def readers_of(self, dataset_id: str, identity: str) -> dict[str, str]:
+        """``{dataset id: identity}`` whose sources read the blocks of ``identity``'s streams of a
+        registered dataset: a mixture's parts as registered, else the dataset itself."""
+        dataset = self._datasets.get(dataset_id)
+        parts = dataset.readers.get(identity) if dataset is not None else None
+        return dict(parts) if parts else {dataset_id: identity}
 
     def source_for(self, dataset_id: str, identity: str) -> ColdSource | None:
         """The cold source of ``identity`` for a registered dataset, or None if it never registered it."""
@@ -84,18 +99,16 @@ class BlockCatalog:
         """The block with this key, or None if no registered dataset has it."""
         return self._blocks.get(key)
 
-    def source_of(self, key: str, identity: str | None = None) -> ColdSource:
-        """The cold source ``key`` is read with: that of ``identity`` (the job whose stream asks) for
-        the first dataset it registered that holds ``key`` under its prefix, else the first
-        registered dataset's."""
+    def source_of(self, key: str, readers: Mapping[str, str] | None = None) -> ColdSource:
+        """The cold source ``key`` is read with: for a stream's ``readers`` (:meth:`readers_of`),
+        the source its identity registered for the first dataset holding ``key`` that it names,
+        else the first registered dataset's."""
         owners = self.key_owners[key]
-        if identity is not None:
-            url = self._blocks[key].url
+        if readers:
             for dataset_id, _ in owners:
-                own = self._datasets[dataset_id].sources.get(identity)
-                # A mixture's joined registration carries its first source's location: its other
-                # sources' blocks are read with the source the job registered them under.
-                if own is not None and _holds(own.url, url):
+                identity = readers.get(dataset_id)
+                own = self._datasets[dataset_id].sources.get(identity) if identity is not None else None
+                if own is not None:
                     return own
         return self._datasets[owners[0][0]].source
 
@@ -109,12 +122,8 @@ class BlockCatalog:
         """
         return read_cold(self.source_of(key), self._blocks[key], tally)
 
-    async def read_cold_async(self, key: str, tally: dict | None = None, identity: str | None = None) -> bytes:
-        """:meth:`read_cold`, awaitable on the node cache's fetch loop, with ``identity``'s
-        credentials where that job registered the block's dataset (:meth:`source_of`)."""
-        return await read_cold_async(self.source_of(key, identity), self._blocks[key], tally)
-
-
-def _holds(prefix: str, url: str) -> bool:
-    """Whether object ``url`` lies under the cold prefix ``prefix``."""
-    return url == prefix or url.startswith(prefix.rstrip("/") + "/")
+    async def read_cold_async(self, key: str, tally: dict | None = None,
+                              readers: Mapping[str, str] | None = None) -> bytes:
+        """:meth:`read_cold`, awaitable on the node cache's fetch loop, with the credentials of
+        ``readers`` where they registered the block's dataset (:meth:`source_of`)."""
+        return await read_cold_async(self.source_of(key, readers), self._blocks[key], tally)

@@ -28,6 +28,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -65,11 +66,13 @@ class _Fetch:
     stream: Stream | None
     counted: bool
     block: Block | None
+    readers: Mapping[str, str] | None = None  # without a stream: whose credentials read it (ds[i])
 
 
-def _identity(fetch: _Fetch) -> str | None:
-    """The identity whose credentials read a fetch's block from cold: its stream's job's (None: no stream)."""
-    return fetch.stream.identity if fetch.stream is not None else None
+def _readers(fetch: _Fetch) -> Mapping[str, str] | None:
+    """Whose credentials read a fetch's block from cold: its stream's job's, else the reader's
+    that asked for it (None: the dataset's first registration's)."""
+    return fetch.stream.readers if fetch.stream is not None else fetch.readers
 
 
 @dataclass
@@ -147,10 +150,13 @@ class Fetcher:
         """Whether ``key`` is being fetched, or held in memory for a consumer."""
         return key in self._inflight or key in self._staged
 
-    def submit(self, key: str, stream: Stream | None, counted: bool) -> None:
-        """Start fetching ``key`` for ``stream`` (``counted``: the fetch's source is a hit counter)."""
+    def submit(self, key: str, stream: Stream | None, counted: bool,
+               readers: Mapping[str, str] | None = None) -> None:
+        """Start fetching ``key`` for ``stream`` (``counted``: the fetch's source is a hit counter;
+        ``readers``: whose credentials read it from cold when no stream asks, see
+        :meth:`~tierload.node.catalog.BlockCatalog.readers_of`)."""
         self._failed.pop(key, None)
-        fetch = self._inflight[key] = _Fetch(stream, counted, self._catalog.block(key))
+        fetch = self._inflight[key] = _Fetch(stream, counted, self._catalog.block(key), readers)
         self._loop.spawn(self._fetch, key, fetch)
 
     def wait_for(self, key: str, stream: Stream | None, deadline: float) -> int | bytes:
@@ -221,12 +227,12 @@ class Fetcher:
             try:
                 found = await self._read_above_cold(key, fetch.block, tally)
                 level = None if found is not None else await self._stream_from_cold(key, fetch.block, tally,
-                                                                                    _identity(fetch))
+                                                                                    _readers(fetch))
                 if level is not None:
                     raw, source = b"", "cold"
                     seconds = time.perf_counter() - started  # the cold reads and the file writes they overlap
                 else:
-                    raw, digest, source = found or await self._read_cold(key, tally, _identity(fetch))
+                    raw, digest, source = found or await self._read_cold(key, tally, _readers(fetch))
                     seconds = time.perf_counter() - started
                     level = await self._blocking_call(self._settle, key, raw, digest, source)
             except asyncio.CancelledError:
@@ -356,13 +362,14 @@ class Fetcher:
             return await self._blocking_call(self._read_peer_or_warm, key, tally, peers)
         return None
 
-    async def _read_cold(self, key: str, tally: Counter, identity: str | None = None) -> tuple[bytes, int, str]:
-        """The whole block from cold, with ``identity``'s credentials: ``(raw, checksum, "cold")``."""
-        raw = await self._catalog.read_cold_async(key, tally, identity)
+    async def _read_cold(self, key: str, tally: Counter,
+                         readers: Mapping[str, str] | None = None) -> tuple[bytes, int, str]:
+        """The whole block from cold, with ``readers``' credentials: ``(raw, checksum, "cold")``."""
+        raw = await self._catalog.read_cold_async(key, tally, readers)
         return raw, checksum(raw, self.secret), "cold"
 
     async def _stream_from_cold(self, key: str, block: Block, tally: Counter,
-                                identity: str | None = None) -> int | None:
+                                readers: Mapping[str, str] | None = None) -> int | None:
         """A large block straight from cold into a hot level's file, a request at a time
         (:mod:`tierload.node.streamed_fetch`); its level, or None when it is not streamed.
 
@@ -382,7 +389,7 @@ class Fetcher:
             return None
         index, temp = reserved
         try:
-            await stream_block_to_file(self._catalog.source_of(key, identity), block, temp, self.secret, tally,
+            await stream_block_to_file(self._catalog.source_of(key, readers), block, temp, self.secret, tally,
                                        self._blocking_call, shared=self.config.hot.shared)
         except OSError as exc:
             if isinstance(exc, TierloadError):  # the cold read failed (tierload's errors are OSErrors too)

@@ -34,7 +34,7 @@ from tierload.frames.blockfile import HEADER_SIZE, FrameFormat, encode_frame, pa
 from tierload.frames.checksum_key import adopt_key
 from tierload.metrics.exporter import PeriodicExporter
 from tierload.metrics.samples import LeadClock, Sample, node_samples, rank_samples
-from tierload.node.access import AccessGate
+from tierload.node.access import AccessGate, require_owner
 from tierload.node.coordinator_sync import CoordinatorSync
 from tierload.node.fetcher import ACQUIRE_TIMEOUT_S, TALLY_WAIT_S
 from tierload.node.ownership import TierOwnership, owner_record, sharing_terms
@@ -218,20 +218,25 @@ class NodeCache(NodeCacheServiceAPI):
             blocks = mapped
         elif not known:
             blocks = BlockTable.received(registration.blocks).blocks()
+            if not blocks and registration.parts:
+                return False  # a mixture that sent no blocks, as the cache knew it: it restarted since
         if not known:
             probe = blocks[0] if blocks else None
         if source is None:
             source = ColdSource(registration.cold, self.config.cold)
             source.prepare()  # the client made now: the epoch's first fetch sends its GET at once
-        self._access.admit(dataset_id, identity, source, probe)  # AccessDeniedError: nothing is registered
+        if registration.parts:  # a mixture: its sources' own registrations were each checked
+            self._access.admit_parts(dataset_id, identity, registration.parts, source.url)
+        else:
+            self._access.admit(dataset_id, identity, source, probe)  # AccessDeniedError: nothing is registered
         with self._cond:
             if not known:
                 self._catalog.add(dataset_id, blocks, source)
-            self._catalog.add_identity(dataset_id, identity, source)
+            self._catalog.add_identity(dataset_id, identity, source, dict(registration.parts))
         return True
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
-                    plan: StreamPlan | None = None) -> bool:
+                    plan: StreamPlan | None = None, identity: str = "") -> bool:
         """Join (or create, when ``plan`` is given) the stream of a rank's epoch.
 
         Args:
@@ -239,17 +244,20 @@ class NodeCache(NodeCacheServiceAPI):
             consumer: DataLoader worker id within the rank.
             num_consumers: DataLoader workers of the rank.
             plan: The stream's :class:`StreamPlan`; needed only to create it.
+            identity: The caller's identity when no plan is given (a plan carries its own).
 
         Returns:
             False if the stream does not exist and no plan was given (call again with it).
 
         Raises:
             ServiceError: The plan names a dataset that was never registered.
-            AccessDeniedError: The plan's identity was not admitted to its dataset here.
+            AccessDeniedError: The plan's identity was not admitted to its dataset here, or the
+                stream is open for another job's identity.
             MessageError: ``plan`` is not a :class:`StreamPlan` of this release.
         """
         if plan is not None:
             plan = StreamPlan.received(plan)
+            identity = plan.identity
             with self._cond:
                 known = plan.dataset_id in self._catalog
                 url = self._catalog.first_source_url(plan.dataset_id) if known else ""
@@ -261,26 +269,40 @@ class NodeCache(NodeCacheServiceAPI):
             except Exception:  # noqa: BLE001 - the periodic sync retries; prefetching may start
                 log.warning("sync with the coordinator before opening %s failed", stream_id, exc_info=True)
         with self._cond:
+            self._require_owner(self._streams.find(stream_id), identity)  # in the same hold as the join
             return self._streams.open(stream_id, num_consumers, plan)
 
-    def progress(self, stream_id: str, consumer: int, position: int) -> None:
-        """``consumer`` has consumed every position before ``position`` (one-way call)."""
+    def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:
+        """``consumer`` has consumed every position before ``position`` (one-way call; only from the
+        stream's own job, ``identity``: another's would move what the cache keeps for it).
+
+        Raises:
+            AccessDeniedError: The stream is another job's.
+        """
         with self._cond:
+            self._require_owner(self._streams.find(stream_id), identity)
             self._streams.progress(stream_id, consumer, position)
 
-    def close_consumer(self, stream_id: str, consumer: int) -> None:
-        """``consumer`` is done with the stream (end of epoch, or the iterator was closed)."""
+    def close_consumer(self, stream_id: str, consumer: int, identity: str = "") -> None:
+        """``consumer`` is done with the stream (end of epoch, or the iterator was closed); only
+        from the stream's own job (``identity``).
+
+        Raises:
+            AccessDeniedError: The stream is another job's.
+        """
         with self._cond:
+            self._require_owner(self._streams.find(stream_id), identity)
             self._streams.close_consumer(stream_id, consumer)
 
     def acquire(self, stream_id: str, consumer: int, position: int,
-                corrupt_key: str | None = None) -> HotBlock | WireBlock:
+                corrupt_key: str | None = None, identity: str = "") -> HotBlock | WireBlock:
         """Make the block at ``position`` available and say where it is.
 
         Args:
             stream_id, consumer: As given to :meth:`open_stream`.
             position: The position the consumer needs now (everything before is consumed).
             corrupt_key: A hot block the consumer found corrupt: it is dropped and refetched.
+            identity: The caller's identity: the one the stream was opened for.
 
         Returns:
             :class:`HotBlock` with the hot level holding the block (read its file), or
@@ -289,10 +311,12 @@ class NodeCache(NodeCacheServiceAPI):
         Raises:
             TierloadError: The fetch failed (e.g. SourceChangedError, EndpointUnreachableError).
             ServiceError: Unknown stream, or no answer within the timeout.
+            AccessDeniedError: The stream is another job's (no bytes are served).
         """
         deadline = time.monotonic() + ACQUIRE_TIMEOUT_S
         with self._cond:
             stream = self._streams.require(stream_id)
+            self._require_owner(stream, identity)
             if corrupt_key is not None:
                 self._drop_corrupt(corrupt_key, stream)
             key, found = self._parts.acquire(stream, consumer, position, deadline)
@@ -313,8 +337,15 @@ class NodeCache(NodeCacheServiceAPI):
         Raises:
             MessageError: ``request`` is not a :class:`SampleRead` of this release.
             ServiceError: The block is not registered, or no fetch ended in time.
+            AccessDeniedError: The request's identity was not admitted to its dataset (no bytes).
             TierloadError: The fetch or the ranged cold read failed.
         """
+        request = SampleRead.received(request)
+        with self._cond:
+            known = request.dataset_id in self._catalog
+            url = self._catalog.first_source_url(request.dataset_id) if known else ""
+        if known:  # an unknown dataset: the sample reads' ServiceError asks the job to register it
+            self._access.require(request.dataset_id, request.identity, url)
         return self._sample_reads.read(request)
 
     def invalidate(self, keys: list[str]) -> int:
@@ -479,6 +510,12 @@ class NodeCache(NodeCacheServiceAPI):
             added, removed = self._hot.take_dirty()
             everything = self._hot.resident_keys() if full else None
         return counts, added, removed, everything
+
+    def _require_owner(self, stream: Stream | None, identity: str) -> None:
+        """Refuse a call on an open stream of another job (call under the lock; see :func:`require_owner`)."""
+        if stream is not None:
+            url = self._catalog.first_source_url(stream.dataset_id)
+            require_owner(stream.identity, identity, stream.stream_id, url)
 
     def _drop_corrupt(self, key: str, stream: Stream) -> None:
         if self._hot.drop(key):

@@ -80,20 +80,23 @@ class SampleReads:
             if level is not None:
                 self._count(Counter(hot_hits=1))
                 return HotBlock(level)
+            readers = self._catalog.readers_of(request.dataset_id, request.identity)
             if member is None or self._fetcher.busy_with(request.key):
-                return self._whole(block, member, deadline)
-        return self._member_alone(block, member)
+                return self._whole(block, member, deadline, readers)
+        return self._member_alone(block, member, readers)
 
     # ----------------------------------------------------------------- the two paths
-    def _whole(self, block: Block, member: int | None, deadline: float) -> HotBlock | WireBlock | MemberFrame:
+    def _whole(self, block: Block, member: int | None, deadline: float,
+               readers: dict[str, str]) -> HotBlock | WireBlock | MemberFrame:
         """The block through the fetcher's single flight (call under the lock): a fetch already
-        on its way is waited for; else one is started whose source is counted."""
+        on its way is waited for; else one is started whose source is counted, read from cold
+        with ``readers``' credentials."""
         key = block.key
         waits_for_another = self._fetcher.busy_with(key)
         self._pins.pin(key)  # staged, not dropped, if the hot tier refuses it
         try:
             if not waits_for_another:
-                self._fetcher.submit(key, None, counted=True)
+                self._fetcher.submit(key, None, counted=True, readers=readers)
             found = self._fetcher.wait_for(key, None, deadline)
         finally:
             self._fetcher.release(key)
@@ -104,9 +107,9 @@ class SampleReads:
             return self._member_frame(key, member, _member_bytes(block, member, found))
         return WireBlock(encode_frame(key, found, fmt=self._format(), secret=self.secret))
 
-    def _member_alone(self, block: Block, member: int) -> MemberFrame:
+    def _member_alone(self, block: Block, member: int, readers: dict[str, str]) -> MemberFrame:
         """A pack member cut from a peer's or the warm tier's copy, else read by one ranged
-        request (blocking; called without the lock)."""
+        request with ``readers``' credentials (blocking; called without the lock)."""
         tally: Counter = Counter()
         above = self._fetcher.read_above_cold(block, tally)
         if above is not None:
@@ -116,7 +119,7 @@ class SampleReads:
         else:
             assert block.members is not None, "only a pack's members are read alone"
             request = block.members.requests()[member]
-            data = self._catalog.source_of(block.key).read_ranges([request], tally=tally)[0]
+            data = self._catalog.source_of(block.key, readers).read_ranges([request], tally=tally)[0]
             tally["cold_misses"] += 1
         with self._cond:
             self._count(tally)

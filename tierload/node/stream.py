@@ -55,7 +55,8 @@ class Stream:
         self.window_bytes = 0
         self.stats: dict[str, int] = {}  # the node cache's counters of this stream (cache/stats.py)
         self.lineage = stream_id  # same for every epoch of one (dataset, seed, rank, world size)
-        self.identity = ""  # whose credentials read its blocks from cold (tierload.stores.cold.identity)
+        self.identity = ""  # the job it serves (tierload.stores.cold.identity): joins and acquires must match
+        self.readers: dict[str, str] = {}  # dataset id -> identity whose source reads its blocks from cold
 
     @property
     def cursor(self) -> int:

@@ -97,12 +97,17 @@ class StreamTable:
             stream.stats = new_stats()
             stream.lineage = plan.lineage or stream_id
             stream.identity = plan.identity
+            stream.readers = self._catalog.readers_of(plan.dataset_id, plan.identity)
             self._forget_ghost(stream.lineage)
             self._streams[stream_id] = stream
             self._streams_by_dataset[stream.dataset_id].append(stream)
         self._last_active[stream_id] = time.monotonic()
         self._cond.notify_all()
         return True
+
+    def find(self, stream_id: str) -> Stream | None:
+        """The open stream ``stream_id``, or None (nothing marked active)."""
+        return self._streams.get(stream_id)
 
     def require(self, stream_id: str) -> Stream:
         """The open stream ``stream_id``, marked active.

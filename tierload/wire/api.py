@@ -104,21 +104,23 @@ class NodeCacheAPI(Protocol):
         ...
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
-                    plan: StreamPlan | None = None) -> bool:
-        """Join (or create, with ``plan``) the stream of a rank's epoch; False: call again with the plan."""
+                    plan: StreamPlan | None = None, identity: str = "") -> bool:
+        """Join (or create, with ``plan``) the stream of a rank's epoch; False: call again with the plan.
+        A join presents the job's ``identity`` (a plan carries its own): another job's stream is refused."""
         ...
 
-    def progress(self, stream_id: str, consumer: int, position: int) -> None:
-        """``consumer`` consumed every position before ``position`` (sent one-way)."""
+    def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:
+        """``consumer`` consumed every position before ``position`` (sent one-way; the stream's own job only)."""
         ...
 
-    def close_consumer(self, stream_id: str, consumer: int) -> None:
-        """``consumer`` is done with the stream (sent one-way)."""
+    def close_consumer(self, stream_id: str, consumer: int, identity: str = "") -> None:
+        """``consumer`` is done with the stream (sent one-way; the stream's own job only)."""
         ...
 
     def acquire(self, stream_id: str, consumer: int, position: int,
-                corrupt_key: str | None = None) -> HotBlock | WireBlock:
-        """Make the block at ``position`` available: in a hot level, or its frame on the wire."""
+                corrupt_key: str | None = None, identity: str = "") -> HotBlock | WireBlock:
+        """Make the block at ``position`` available: in a hot level, or its frame on the wire.
+        Only for the job (``identity``) the stream was opened for."""
         ...
 
     def invalidate(self, keys: list[str]) -> int:

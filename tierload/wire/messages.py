@@ -75,7 +75,8 @@ class StreamPlan(Message):
         identity: The job's identity (:func:`~tierload.stores.cold.identity.identity_of` of the cold
             location it registered the dataset with; a hash, never the credentials): the stream is
             opened only for an identity the node cache admitted to the dataset, and its cold reads
-            use that identity's credentials.
+            use that identity's credentials. A join of the stream and every acquire must present
+            the same identity: the node cache serves a stream's blocks to its own job only.
         version: Shape of this message (2: ``identity`` added).
     """
 
@@ -157,14 +158,22 @@ class DatasetRegistration(Message):
         blocks: The dataset's blocks (may be empty when ``manifest_path`` names them).
         manifest_path: The dataset's cached manifest file on this node, which the cache maps
             instead of receiving the blocks (None: the blocks travel in ``blocks``).
-        version: Shape of this message.
+        parts: A mixture's sources, ``((dataset_id, identity), ...)``: each source's registered
+            dataset and the identity (:func:`~tierload.stores.cold.identity.identity_of`) of this
+            job's cold location for it. The job is admitted to the mixture only if it was admitted
+            to every part with that identity, and a block of the mixture is read from cold with the
+            identity of the part that holds it. Empty: not a mixture.
+        version: Shape of this message (2: ``parts`` added).
     """
+
+    VERSION: ClassVar[int] = 2
 
     dataset_id: str
     cold: ColdLocation
     blocks: BlockTable
     manifest_path: str | None = None
-    version: int = 1
+    parts: tuple[tuple[str, str], ...] = ()
+    version: int = 2
 
 
 @dataclass(frozen=True)
@@ -314,13 +323,18 @@ class SampleRead(Message):
         dataset_id: The registered dataset the block belongs to.
         key: The block's tier key.
         member: Index of the sample's member in the pack (None: the whole block is wanted).
-        version: Shape of this message.
+        identity: The reading job's identity (as :attr:`StreamPlan.identity`): the node cache
+            serves the sample only to an identity it admitted to the dataset.
+        version: Shape of this message (2: ``identity`` added).
     """
+
+    VERSION: ClassVar[int] = 2
 
     dataset_id: str
     key: str
     member: int | None = None
-    version: int = 1
+    identity: str = ""
+    version: int = 2
 
 
 @dataclass(frozen=True)

@@ -50,20 +50,20 @@ class NodeCacheClient(NodeCacheAPI):
         return self.channel.call(NodeCacheAPI.register_dataset, registration)
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
-                    plan: StreamPlan | None = None) -> bool:
-        return self.channel.call(NodeCacheAPI.open_stream, stream_id, consumer, num_consumers, plan)
+                    plan: StreamPlan | None = None, identity: str = "") -> bool:
+        return self.channel.call(NodeCacheAPI.open_stream, stream_id, consumer, num_consumers, plan, identity)
 
-    def progress(self, stream_id: str, consumer: int, position: int) -> None:
+    def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:
         """Sent one-way: the training loop never waits for it."""
-        self.channel.notify(NodeCacheAPI.progress, stream_id, consumer, position)
+        self.channel.notify(NodeCacheAPI.progress, stream_id, consumer, position, identity)
 
-    def close_consumer(self, stream_id: str, consumer: int) -> None:
+    def close_consumer(self, stream_id: str, consumer: int, identity: str = "") -> None:
         """Sent one-way: the training loop never waits for it."""
-        self.channel.notify(NodeCacheAPI.close_consumer, stream_id, consumer)
+        self.channel.notify(NodeCacheAPI.close_consumer, stream_id, consumer, identity)
 
     def acquire(self, stream_id: str, consumer: int, position: int,
-                corrupt_key: str | None = None) -> HotBlock | WireBlock:
-        return self.channel.call(NodeCacheAPI.acquire, stream_id, consumer, position, corrupt_key)
+                corrupt_key: str | None = None, identity: str = "") -> HotBlock | WireBlock:
+        return self.channel.call(NodeCacheAPI.acquire, stream_id, consumer, position, corrupt_key, identity)
 
     def invalidate(self, keys: list[str]) -> int:
         return self.channel.call(NodeCacheAPI.invalidate, keys)

@@ -172,7 +172,7 @@ class S3RangeReader:
                                                budget is not None and budget.attempts > 0)
             except _FailedRequest as failed:
                 error, failure = failed.error, failed.failure
-                if isinstance(error, CredentialsExpiredError) and config.credential_provider and not refreshed:
+                if isinstance(error, CredentialsExpiredError) and source.credential_provider and not refreshed:
                     source.refresh_credentials(generation)
                     refreshed = True
                     continue

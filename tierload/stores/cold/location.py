@@ -158,11 +158,15 @@ class ColdLocation:
         storage_options: Resolved fsspec/s3fs options.
         credential_chain: The AWS credential chain's settings captured with them
             (:func:`tierload.stores.cold.aws_chain.capture`; empty off S3 or anonymous).
+        credential_provider: The job's ``cold.credential_provider`` (``"package.module:function"``):
+            whichever process reads the location (a node cache shared by several jobs) asks this
+            function for its credentials, not its own configuration's. It must be importable there.
     """
 
     url: str
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
     credential_chain: tuple[tuple[str, str], ...] = field(default=(), repr=False, hash=False)
+    credential_provider: str | None = field(default=None, repr=False, hash=False)
 
     @classmethod
     def resolve(cls, url: str, config: ColdConfig, environ: dict | None = None) -> "ColdLocation":
@@ -176,8 +180,8 @@ class ColdLocation:
         if fsspec.utils.get_protocol(url) in ("s3", "s3a"):
             options = s3_storage_options(config, environ)
             chain = () if options.get("anon") else aws_chain.capture(options, environ)
-            return cls(url, options, chain)
-        return cls(url, dict(config.storage_options))
+            return cls(url, options, chain, config.credential_provider)
+        return cls(url, dict(config.storage_options), credential_provider=config.credential_provider)
 
     @property
     def protocol(self) -> str:

@@ -75,9 +75,15 @@ class ColdSource:
         self.__dict__.update(state)
         self._credentials_lock = threading.Lock()
 
+    @property
+    def credential_provider(self) -> str | None:
+        """The location's credential provider: the job's, not this process's configuration's."""
+        return self.location.credential_provider
+
     def provided_credentials(self) -> dict:
-        """Credentials from ``cold.credential_provider`` (``key``, ``secret``, ``token``; empty when none)."""
-        path = self.config.credential_provider
+        """Credentials from the job's ``cold.credential_provider`` (``key``, ``secret``, ``token``;
+        empty when none)."""
+        path = self.credential_provider
         if not path:
             return {}
         module_name, _, function_name = path.partition(":")
@@ -102,7 +108,7 @@ class ColdSource:
         """
         with self._credentials_lock:
             if self._credentials_generation == generation:
-                log.warning("cold tier credentials expired; asking %s for new ones", self.config.credential_provider)
+                log.warning("cold tier credentials expired; asking %s for new ones", self.credential_provider)
                 self._fs = None
                 self._credentials_generation += 1
 
