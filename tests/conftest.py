@@ -29,6 +29,15 @@ def s3():
         yield server
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _test_logs(tmp_path_factory):
+    """Where test-only helpers log, set before anything starts: the session's own directories, never a
+    fixed /tmp path. A test that reads a log needs no Ray fixture to have run before it."""
+    os.environ.setdefault("TIERLOAD_TEST_DNS_GUARD_LOG", str(tmp_path_factory.mktemp("dns-guard") / "events.jsonl"))
+    # tests/rotating_credentials.py logs its calls here.
+    os.environ.setdefault("TIERLOAD_TEST_CREDENTIALS_LOG", str(tmp_path_factory.mktemp("credentials") / "calls.log"))
+
+
 @pytest.fixture(scope="session")
 def ray_session(tmp_path_factory):
     """One local Ray for the session, bound to 127.0.0.1, 2 CPUs, no dashboard.
@@ -42,9 +51,6 @@ def ray_session(tmp_path_factory):
     # Actors import test-only helpers (e.g. a rotating credential provider) from tests/.
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
-    os.environ.setdefault("TIERLOAD_TEST_DNS_GUARD_LOG", str(tmp_path_factory.mktemp("dns-guard") / "events.jsonl"))
-    # tests/rotating_credentials.py logs its calls here (the session's own directory, never a fixed /tmp path).
-    os.environ.setdefault("TIERLOAD_TEST_CREDENTIALS_LOG", str(tmp_path_factory.mktemp("credentials") / "calls.log"))
     ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              object_store_memory=200 * 2**20, namespace="tierload", log_to_driver=False,
              configure_logging=False)

@@ -3,7 +3,7 @@
 Per process: the first call returns the expired key, later calls the fresh one (``rotating``),
 or the expired key every time (``always_expired``). Calls are logged to a file so the test can
 count them across processes: :func:`log_path`, in the test session's own temporary directory
-(``conftest.ray_session`` sets :data:`LOG_VARIABLE` before Ray starts, so actors inherit it).
+(``conftest._test_logs`` sets :data:`LOG_VARIABLE` before Ray starts, so actors inherit it).
 """
 
 from __future__ import annotations
