@@ -40,23 +40,26 @@ def loader(dataset, batch_size: int, num_workers: int) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate)
 
 
+@pytest.mark.parametrize("dataset_batch, loader_batch", [(DATASET_BATCH, LOADER_BATCH), (LOADER_BATCH, DATASET_BATCH)],
+                         ids=["loader larger", "loader smaller"])
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_a_loader_batch_other_than_the_datasets_never_duplicates_samples_on_resume(make, num_workers):
+def test_a_loader_batch_other_than_the_datasets_never_duplicates_samples_on_resume(make, num_workers, dataset_batch,
+                                                                                   loader_batch):
     delivered: Counter = Counter()
-    dataset = make(batch_size=DATASET_BATCH)
+    dataset = make(batch_size=dataset_batch)
     try:
-        iterator = iter(loader(dataset, LOADER_BATCH, num_workers))
+        iterator = iter(loader(dataset, loader_batch, num_workers))
         for _ in range(CONSUMED):
             delivered.update(ids(next(iterator)))
         state = dataset.state_dict(batches_consumed=CONSUMED)
         del iterator
-        resumed = make(batch_size=DATASET_BATCH)
+        resumed = make(batch_size=dataset_batch)
         resumed.load_state_dict(state)
-        for batch in loader(resumed, LOADER_BATCH, num_workers):
+        for batch in loader(resumed, loader_batch, num_workers):
             delivered.update(ids(batch))
     except ConfigError as exc:  # refused: before any sample was delivered, naming both sizes
         assert not delivered, f"refused only after {sum(delivered.values())} samples"
-        assert f"batch_size={DATASET_BATCH}" in str(exc) and f"batch_size={LOADER_BATCH}" in str(exc)
+        assert f"batch_size={dataset_batch}" in str(exc) and f"batch_size={loader_batch}" in str(exc)
         return
     twice = sorted(i for i, n in delivered.items() if n > 1)
     assert sum(delivered.values()) == COUNT and not twice, (

@@ -3,8 +3,10 @@ files 0600) unless the config says shared on purpose.
 
 A real epoch: moto's S3 server over HTTP, the session's local Ray, a node cache with a RAM level
 (in ``/dev/shm``) and a disk level whose directory and two parents do not exist yet, a local warm
-tier, one block streamed into the hot tier a request at a time. Then every path under the tier
-directories is listed with its mode.
+tier, a manifest cache whose directory does not exist yet, one block streamed into the hot tier a
+request at a time. Then every path under the tier and manifest directories is listed with its
+mode: directories, blocks, temporary dirs, the owner lock, endpoint, channel socket, key copies,
+the cached listing.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
+import pytest
 from helpers import land_warm_writes, put_indexed_objects
 
 from tierload.node.hot_tier import ram_level_dir
@@ -37,15 +41,25 @@ def _modes(root: Path) -> dict[str, tuple[str, int]]:
     return found
 
 
-def test_an_epoch_leaves_every_tier_path_owner_only(bucket, tier_config, make_dataset, tmp_path):
+@pytest.fixture
+def short_root():
+    """A short private directory: the channel's socket fits in a Unix socket path there (a file to list)."""
+    path = Path(tempfile.mkdtemp(prefix="tlm"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_an_epoch_leaves_every_tier_path_owner_only(bucket, tier_config, make_dataset, tmp_path, short_root):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 20, size=100 * KiB)
     fs.pipe_file(f"{name}/ds/9/big.bin", b"99999999" + os.urandom(3 * MiB))  # streamed: 3 requests
     fs.invalidate_cache()
     config = tier_config(hot="4MiB", warm="64MiB", cold={"max_request_bytes": "1MiB"})
-    hot = tmp_path / "made" / "for" / "hot"  # it and both parents are created by tierload
+    hot = short_root / "made" / "for" / "hot"  # it and both parents are created by tierload
+    manifests = tmp_path / "made" / "manifests"  # the listing's cache: it and its parent created by tierload
     config = config.model_copy(update={"hot": config.hot.model_copy(update={"dir": str(hot),
-                                                                            "ram_capacity_bytes": MiB})})
+                                                                            "ram_capacity_bytes": MiB}),
+                                       "manifest": config.manifest.model_copy(update={"cache_dir": str(manifests)})})
     previous = os.umask(0o022)  # the usual umask, which left the hot tier 0755 / 0644 before
     try:
         dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
@@ -58,7 +72,8 @@ def test_an_epoch_leaves_every_tier_path_owner_only(bucket, tier_config, make_da
 
     ram = Path(ram_level_dir(str(hot)))
     try:
-        modes = {**_modes(tmp_path / "made"), **_modes(ram), **_modes(tmp_path / "warm")}
+        modes = {**_modes(short_root / "made"), **_modes(ram), **_modes(tmp_path / "warm"),
+                 **_modes(tmp_path / "made")}
     finally:
         shutil.rmtree(ram, ignore_errors=True)  # outside tmp_path (in /dev/shm): not left behind
     kinds = {path: kind for path, (kind, _) in modes.items()}
@@ -66,10 +81,10 @@ def test_an_epoch_leaves_every_tier_path_owner_only(bucket, tier_config, make_da
     # endpoint, socket and key copy beside the hot tier.
     names = {os.path.basename(path) for path in modes}
     assert {".tierload-owner.lock", ".tierload-key", ".tierload-tier", ".tmp"} <= names
-    # The channel's socket is a file beside the hot tier, unless the path is too long for a Unix
-    # socket (a long temporary directory): then it lives in Linux's abstract namespace, no file.
-    abstract = dataset._endpoint.address.startswith("\0")
-    assert abstract or "socket" in kinds.values()
+    # The channel's socket is a file beside the hot tier (the short root keeps its path within a
+    # Unix socket's limit; a longer one would live in Linux's abstract namespace, no file).
+    assert not dataset._endpoint.address.startswith("\0") and "socket" in kinds.values(), dataset._endpoint.address
+    assert any(p.startswith(f"{manifests}/") and p.endswith(".arrow") for p in modes), "no cached manifest listed"
     for root in (hot, ram, tmp_path / "warm"):
         blocks = [p for p in modes if p.startswith(f"{root}/") and kinds[p] == "file"
                   and not os.path.basename(p).startswith(".tierload")]

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 from helpers import put_indexed_objects
 
@@ -66,7 +67,12 @@ def rank_config(root: Path) -> dict:
             "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}}
 
 
-def test_b61_ranks_that_list_at_different_moments_agree_or_stop_both(s3, ray_session, bucket, tmp_path):
+@pytest.mark.parametrize("state", ["listed later", "cached earlier"])
+def test_b61_ranks_that_list_at_different_moments_agree_or_stop_both(s3, ray_session, bucket, tmp_path,
+                                                                     make_dataset, state):
+    """``listed later``: rank 1 lists after the object was added, while rank 0 trains on its listing.
+    ``cached earlier``: rank 1's node holds a listing cached before the object was added (its node
+    cache still running from that job); rank 0's cache is empty and lists now, both at once."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 20, size=64)
     url = f"s3://{name}/ds"
@@ -77,19 +83,25 @@ def test_b61_ranks_that_list_at_different_moments_agree_or_stop_both(s3, ray_ses
         data = rank_config(tmp_path / f"node{rank}")
         configs.append(load_config(data))
         (tmp_path / f"node{rank}.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    if state == "cached earlier":
+        earlier = make_dataset(url, configs[1], layout="files", batch_size=2, seed=3)  # an earlier job on node 1
+        assert earlier.manifest.num_samples == 20
+        fs.pipe_file(f"{name}/ds/0/obj-000020.bin", b"00000020" + bytes(56))
+        (tmp_path / "go").touch()
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address, "OMP_NUM_THREADS": "1"}
     ranks = [subprocess.Popen([sys.executable, str(script), str(rank), str(tmp_path), url,
                                str(tmp_path / f"node{rank}.yaml"), json.dumps(s3.storage_options)],
                               env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for rank in range(2)]
     try:
-        listed = tmp_path / "node0" / "manifests"
-        deadline = time.monotonic() + 120
-        while not list(listed.glob("*.arrow")) and time.monotonic() < deadline and ranks[0].poll() is None:
-            time.sleep(0.05)
-        assert list(listed.glob("*.arrow")), "rank 0 never listed the prefix"
-        fs.pipe_file(f"{name}/ds/0/obj-000020.bin", b"00000020" + bytes(56))  # after rank 0's listing
-        (tmp_path / "go").touch()
+        if state == "listed later":
+            listed = tmp_path / "node0" / "manifests"
+            deadline = time.monotonic() + 120
+            while not list(listed.glob("*.arrow")) and time.monotonic() < deadline and ranks[0].poll() is None:
+                time.sleep(0.05)
+            assert list(listed.glob("*.arrow")), "rank 0 never listed the prefix"
+            fs.pipe_file(f"{name}/ds/0/obj-000020.bin", b"00000020" + bytes(56))  # after rank 0's listing
+            (tmp_path / "go").touch()
         outputs = [process.communicate(timeout=240)[0] for process in ranks]
     finally:
         for process in ranks:

@@ -60,3 +60,20 @@ def test_relative_tier_paths_land_where_the_training_process_named_them(make_dat
     finally:
         for path in strays:  # the defect's own litter, if any
             shutil.rmtree(path, ignore_errors=True)
+
+
+def test_relative_tier_paths_from_the_environment_and_a_yaml_file_are_resolved_where_read(tmp_path, monkeypatch):
+    """The same rule for the other ways a config arrives (a Dockerfile's ENV, a job's YAML): made
+    absolute against the working directory of the process that reads them, before they travel."""
+    job = tmp_path / "job"
+    job.mkdir()
+    monkeypatch.chdir(job)
+    from_environment = load_config(environ={"TIERLOAD_HOT__DIR": "hot", "TIERLOAD_WARM__URL": "file://warm",
+                                            "TIERLOAD_MANIFEST__CACHE_DIR": "manifests"})
+    assert (from_environment.hot.dir, from_environment.warm.url, from_environment.manifest.cache_dir) == (
+        str(job / "hot"), f"file://{job / 'warm'}", str(job / "manifests"))
+    path = job / "job.yaml"
+    path.write_text("hot: {dir: hot}\nwarm: {url: warm}\nmanifest: {cache_dir: manifests}\n", encoding="utf-8")
+    from_file = load_config(str(path), environ={})
+    assert (from_file.hot.dir, from_file.warm.url, from_file.manifest.cache_dir) == (
+        str(job / "hot"), str(job / "warm"), str(job / "manifests"))

@@ -6,6 +6,10 @@ and keeps its node cache running. Then, from other processes:
 - item 10: ``tierload status --address 127.0.0.1:<its GCS port>`` and ``tierload policy set``
   (with ``--address``, and without: found through the node cache running here) answer; a dead
   address fails fast with a ``ServiceError`` (exit code 5), from the CLI and from a dataset.
+- item 10, every join: ``status``, ``stop``, ``warm --address``, ``TieredDataset(address=...)`` and
+  ``RAY_ADDRESS`` from a second process reach the running cache by its loopback address, and each
+  names a dead address in a typed failure (the subprocess timeouts turn a hang into a failure);
+  ``stop --address`` ends tierload's actors and leaves the Ray it joined running (last in this file).
 - item 7: a job that joins the cache (no Ray of its own) has its per-rank stall metrics on the
   owner's Ray Prometheus endpoint, as a job with Ray has them (tests/test_metrics.py).
 """
@@ -46,7 +50,7 @@ def owner(s3, tmp_path_factory):
     put_indexed_objects(fs, f"{name}/a", 10, size=2048)
     put_indexed_objects(fs, f"{name}/b", 14, size=2048)
     config = {"hot": {"dir": str(root / "hot"), "capacity_bytes": "16MiB"},
-              "warm": {"url": None, "capacity_bytes": 0},
+              "warm": {"url": str(root / "warm"), "capacity_bytes": "16MiB"},  # a coordinator: `warm --address`
               "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0},
               "ray": {"num_cpus": 1, "object_store_memory_bytes": 100 * 2**20},
               "metrics": {"export_interval_s": 0.5}}
@@ -155,3 +159,91 @@ def test_a_joined_jobs_rank_metrics_reach_the_owners_prometheus_endpoint(owner):
     assert set(found) == set(wanted), f"the joined job's rank metrics are not on the owner's endpoint: {found}"
     for name, value in wanted.items():
         assert found[name] == pytest.approx(value, rel=1e-6, abs=1e-6), name
+
+
+JOIN = """
+import json, sys
+import ray
+from tierload.loader.dataset import TieredDataset
+from tierload.errors import ServiceError
+
+spec = json.loads(sys.argv[1])
+try:
+    dataset = TieredDataset(spec["url"], spec["config"], storage_options=spec["storage_options"], layout="files",
+                            **({"address": spec["address"]} if "address" in spec else {}))
+    samples = sum(1 for _ in dataset)
+    joined = ray.is_initialized()  # asked before get_runtime_context(), which would start a Ray
+    print("RESULT " + json.dumps({"samples": samples, "cache_pid": dataset._endpoint.pid,
+                                  "gcs": ray.get_runtime_context().gcs_address if joined else None}))
+except ServiceError as exc:
+    print("RESULT " + json.dumps({"error": "ServiceError", "message": str(exc)}))
+"""
+
+
+def _join(spec: dict, env: dict[str, str]) -> dict:
+    done = subprocess.run([sys.executable, "-c", JOIN, json.dumps(spec)], capture_output=True, text=True, env=env,
+                          timeout=240)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, done.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def _elsewhere(spec: dict, root: Path) -> dict:
+    """``spec`` with a hot tier of its own: no node cache runs for it here, so the join goes through Ray."""
+    return {**spec, "config": {**spec["config"], "hot": {**spec["config"]["hot"], "dir": str(root / "hot")},
+                               "warm": {"url": None, "capacity_bytes": 0}}}
+
+
+def test_a_second_process_joins_by_address_and_by_ray_address(owner, tmp_path):
+    spec, ready, config_path, env = owner
+    # The owner's own configuration: its node cache is found here, through its channel.
+    here = _join({**spec, "address": ready["gcs"]}, env)
+    assert here == {"samples": 10, "cache_pid": ready["cache_pid"], "gcs": None}, here
+    # Another hot tier: the process joins the owner's loopback Ray at its address, which starts that
+    # tier's node cache there (the path that hung on "Failed to connect to GCS at 192.0.2.2").
+    by_argument = _join({**_elsewhere(spec, tmp_path / "argument"), "address": ready["gcs"]}, env)
+    assert by_argument["samples"] == 10 and by_argument["gcs"] == ready["gcs"], by_argument
+    by_environment = _join(_elsewhere(spec, tmp_path / "environment"), {**env, "RAY_ADDRESS": ready["gcs"]})
+    assert by_environment["samples"] == 10 and by_environment["gcs"] == ready["gcs"], by_environment
+
+
+def test_warm_by_address_stages_through_the_services_coordinator(owner):
+    spec, ready, config_path, env = owner
+    endpoint = spec["storage_options"]["client_kwargs"]["endpoint_url"]
+    done = _cli(["warm", spec["url"], "--config", config_path, "--address", ready["gcs"], "--endpoint-url", endpoint],
+                {**env, "AWS_ACCESS_KEY_ID": spec["storage_options"]["key"],
+                 "AWS_SECRET_ACCESS_KEY": spec["storage_options"]["secret"]})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"through the service at {ready['gcs']}" in done.stdout, done.stdout
+
+
+def test_every_join_names_a_dead_address_in_a_typed_failure(owner, tmp_path):
+    spec, ready, config_path, env = owner
+    dead = _dead_address()
+    status = _cli(["status", "--address", dead, "--config", config_path], env, timeout_s=120)
+    assert status.returncode == 3 and f"no Ray cluster answers at '{dead}'" in status.stderr, status.stderr
+    status_env = _cli(["status", "--config", config_path], {**env, "RAY_ADDRESS": dead}, timeout_s=120)
+    assert status_env.returncode == 3 and dead in status_env.stderr, status_env.stderr
+    stop = _cli(["stop", "--address", dead, "--config", config_path], env, timeout_s=120)
+    assert stop.returncode == 5 and dead in stop.stderr and "nothing was stopped" in stop.stderr, stop.stderr
+    credentials = {"AWS_ACCESS_KEY_ID": spec["storage_options"]["key"],
+                   "AWS_SECRET_ACCESS_KEY": spec["storage_options"]["secret"]}
+    endpoint = spec["storage_options"]["client_kwargs"]["endpoint_url"]
+    warm = _cli(["warm", spec["url"], "--config", config_path, "--address", dead, "--endpoint-url", endpoint],
+                {**env, **credentials}, timeout_s=120)
+    assert warm.returncode == 5 and dead in warm.stderr and "nothing was staged" in warm.stderr, warm.stderr
+    joined = _join(_elsewhere(spec, tmp_path), {**env, "RAY_ADDRESS": dead})
+    assert joined["error"] == "ServiceError" and dead in joined["message"], joined
+
+
+def test_stop_by_address_ends_tierloads_actors_and_leaves_the_ray_it_joined(owner):
+    """Last in this file: the owner's node cache ends here."""
+    from tierload.deploy.service_probe import ray_cluster_answers
+
+    spec, ready, config_path, env = owner
+    stop = _cli(["stop", "--address", ready["gcs"], "--config", config_path], env)
+    assert stop.returncode == 0 and "stopped " in stop.stdout, (stop.stdout, stop.stderr[-3000:])
+    assert int(stop.stdout.split("stopped ")[1].split()[0]) >= 1, stop.stdout
+    assert ray_cluster_answers(ready["gcs"])  # the job's Ray still runs
+    after = _cli(["status", "--address", ready["gcs"], "--config", config_path, "--json"], env)
+    assert after.returncode == 3, (after.returncode, after.stdout, after.stderr[-3000:])

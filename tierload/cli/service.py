@@ -8,7 +8,7 @@ import time
 
 import click
 
-from tierload.cli.errors import NOT_RUNNING_EXIT_CODE, handle_errors
+from tierload.cli.errors import NOT_RUNNING_EXIT_CODE, fail, handle_errors
 from tierload.errors import ServiceError
 
 _address = click.option("--address", default=None, help="Ray address (e.g. auto); default: ray.address / RAY_ADDRESS.")
@@ -79,12 +79,26 @@ def stop(address, config_path) -> None:
 
     config = handle_errors(_load)(config_path, address)
     cluster = ray_address(config)
-    if cluster is None or not ray_cluster_answers(cluster):
+    if cluster is None:
         click.echo("no tierload service on a Ray cluster for this configuration: nothing to stop (a job's own "
                    "node caches end with the job)")
         return
+    if not ray_cluster_answers(cluster):
+        # A named cluster that is not there: the service may run elsewhere, so this is no "done".
+        fail(ServiceError(f"no Ray cluster answers at {cluster!r}: nothing was stopped; pass the address of the "
+                          "cluster the service runs on (`tierload status` finds a local one)"))
     stopped = handle_errors(stop_service)(config)
     click.echo(f"stopped {stopped} actor(s)")
+
+
+def _not_running(config, address) -> str:
+    """Why status found no service: a configured cluster that does not answer is named."""
+    from tierload.deploy.service_probe import ray_address, ray_cluster_answers
+
+    cluster = ray_address(config, address)
+    if cluster is not None and not ray_cluster_answers(cluster):
+        return f"no Ray cluster answers at {cluster!r}: {NO_SERVICE}, or pass the address of a running one"
+    return NO_SERVICE
 
 
 def _watch(find, interval_s: float, as_json: bool) -> None:
@@ -119,6 +133,6 @@ def status(address, config_path, as_json, watch, interval_s) -> None:
             return
     report = find()
     if report is None:
-        click.echo(NO_SERVICE, err=True)
+        click.echo(_not_running(config, address), err=True)
         sys.exit(NOT_RUNNING_EXIT_CODE)
     click.echo(json.dumps(report, indent=2, default=str) if as_json else render(report))

@@ -34,6 +34,7 @@ from tierload.errors import ManifestError
 from tierload.process_memory import release_freed_memory
 from tierload.stores.cold.listing import ObjectListing
 from tierload.stores.cold.source import ColdSource
+from tierload.stores.dir_trust import make_private_dirs, open_new_file
 
 log = logging.getLogger(__name__)
 # 3: pack members are rows of one member listing (member_id), not a reordered copy of it
@@ -241,8 +242,10 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
             "skipped": manifest.skipped}
     table = pa.table({name: _one_row(values) for name, values in columns.items()},
                      metadata={"tierload": json.dumps(meta)})
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # A listing names every object of the dataset: owner-only, as the tiers (issue 26 item 3).
+    make_private_dirs(path.parent)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    open_new_file(tmp).close()  # created 0600; Arrow's writer below truncates it and keeps its mode
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     os.replace(tmp, path)

@@ -292,12 +292,19 @@ def coordinator_for(config: TierloadConfig, address: str | None = None) -> tuple
     service's will when it starts).
 
     Raises:
-        ServiceError: A job's node cache runs on this machine without a reachable cluster: its
-            coordinator owns the warm tier, and a second owner would miscount its capacity.
+        ServiceError: ``address`` was given and nothing answers there; or a job's node cache runs
+            on this machine without a reachable cluster: its coordinator owns the warm tier, and a
+            second owner would miscount its capacity.
     """
     from tierload.deploy.service_probe import local_endpoints, ray_address, ray_cluster_answers
 
     cluster = ray_address(config, address)
+    if address is not None and not ray_cluster_answers(address):
+        # Named on purpose: staging with a coordinator of this process instead would make a second
+        # owner of the warm tier if the service runs where the user thinks.
+        raise ServiceError(f"no Ray cluster answers at {address!r} (--address): nothing was staged; pass the address "
+                           "of the cluster whose service owns the warm tier, or leave it out to stage with a "
+                           "coordinator of this command when no job or service runs")
     if cluster is not None and ray_cluster_answers(cluster):
         import ray
 

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from tierload.arrow_values import int64_array, to_numpy
+from tierload.stores.dir_trust import make_private_dirs
 
 __all__ = ["SpilledPages"]
 
@@ -41,7 +42,7 @@ class SpilledPages:
 
     def __init__(self, directory: str | None = None) -> None:
         if directory is not None:
-            os.makedirs(directory, exist_ok=True)
+            make_private_dirs(directory)  # the manifest cache's, as save_manifest makes it: owner-only
         self._dir = tempfile.mkdtemp(prefix=".tierload-listing-", dir=directory)
         self._sink = pa.OSFile(os.path.join(self._dir, "pages.arrow"), "wb")
         self._writer = pa.ipc.new_file(self._sink, _SCHEMA)
