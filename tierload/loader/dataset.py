@@ -229,7 +229,10 @@ class TieredDataset(IterableDataset):
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> "TieredDataset":
-        """List (or load the cached manifest), start Ray and this node's cache. Idempotent.
+        """Map the cached manifest (a helper process lists the prefix and writes it first when there is
+        none: :mod:`tierload.data.manifest_helper`), then find this node's cache (through its channel
+        alone when another job or ``tierload serve`` runs it: no Ray in this process) or start Ray and
+        the cache. Idempotent.
 
         Returns:
             self.
