@@ -9,6 +9,8 @@ before answering) reaches the caller as a typed error that names the URL and the
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from cases_common import proxied
@@ -113,3 +115,12 @@ def test_a_helper_that_dies_before_answering_is_a_manifest_error_with_its_stderr
     with pytest.raises(ManifestError, match="no answer") as died:
         load_manifest_apart(source, _settings(tmp_path), "files")
     assert "exit code 1" in str(died.value) and "test_manifest_helper" in str(died.value)
+
+
+def test_the_helper_plans_a_file_listing_without_importing_torch():
+    """torch is ~190 MB and seconds of imports: the helper of an image-folder or file listing does
+    without it (the layouts import it where they decode)."""
+    probe = ("import sys, tierload.data.manifest_helper, tierload.data.layouts.objects; "
+             "print(sorted(name for name in ('torch', 'ray') if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
