@@ -205,6 +205,11 @@ def _member_columns(members: list[PackMembers]) -> tuple[PackMembers, np.ndarray
     return joined, np.arange(count, dtype=np.int32 if count < 2**31 else np.int64)
 
 
+def partial_path(path: Path, pid: int) -> Path:
+    """Where process ``pid``'s :func:`save_manifest` writes ``path`` before renaming it into place."""
+    return path.with_suffix(f".{pid}.tmp")
+
+
 def save_manifest(manifest: Manifest, path: Path) -> None:
     """Write ``manifest`` as an Arrow IPC file (one row; every column a list), atomically.
 
@@ -242,7 +247,7 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
     table = pa.table({name: _one_row(values) for name, values in columns.items()},
                      metadata={"tierload": json.dumps(meta)})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = partial_path(path, os.getpid())  # renamed when whole: a reader never maps a partial file
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     os.replace(tmp, path)
