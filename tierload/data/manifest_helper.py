@@ -72,6 +72,8 @@ STDERR_TAIL = 3000
 STOP_GRACE_S = 2.0
 # The child's exit code when it fails before it can answer (EX_SOFTWARE).
 EXIT_NO_ANSWER = 70
+# The child's process name (Linux ``comm``, at most 15 bytes): a forked child shares its caller's command line.
+PROCESS_NAME = "tierload-manif"
 
 
 @dataclass(frozen=True)
@@ -259,12 +261,15 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def _end_with_parent(parent: int) -> None:
-    """Linux: SIGTERM this process when the caller dies (even by SIGKILL); elsewhere, nothing."""
+    """Linux: SIGTERM this process when the caller dies (even by SIGKILL), and name it
+    :data:`PROCESS_NAME` (``ps``, ``top``; its command line is the caller's); elsewhere, nothing."""
     if sys.platform != "linux":
         return
     with contextlib.suppress(OSError, AttributeError):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        pr_set_pdeathsig, pr_set_name = 1, 15
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+        libc.prctl(pr_set_name, ctypes.c_char_p(PROCESS_NAME.encode()))
     if os.getppid() != parent:  # died before prctl took hold
         raise SystemExit("the caller of the manifest helper is gone")
 
