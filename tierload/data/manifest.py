@@ -206,6 +206,11 @@ def _member_columns(members: list[PackMembers]) -> tuple[PackMembers, np.ndarray
     return joined, np.arange(count, dtype=np.int32 if count < 2**31 else np.int64)
 
 
+def partial_path(path: Path, pid: int) -> Path:
+    """Where process ``pid``'s :func:`save_manifest` writes ``path`` before renaming it into place."""
+    return path.with_suffix(f".{pid}.tmp")
+
+
 def save_manifest(manifest: Manifest, path: Path) -> None:
     """Write ``manifest`` as an Arrow IPC file (one row; every column a list), atomically.
 
@@ -244,7 +249,7 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
                      metadata={"tierload": json.dumps(meta)})
     # A listing names every object of the dataset: owner-only, as the tiers (issue 26 item 3).
     make_private_dirs(path.parent)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = partial_path(path, os.getpid())  # renamed when whole: a reader never maps a partial file
     open_new_file(tmp).close()  # created 0600; Arrow's writer below truncates it and keeps its mode
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)

@@ -191,11 +191,13 @@ def node_endpoint(config: TierloadConfig, start_ray: bool = True) -> Endpoint:
         ServiceError: Ray or the cache actor could not be started, or ``start_ray`` is False
             and this process is not connected to Ray.
     """
-    import ray
-
     from tierload.node.ownership import join_owner
 
+    # Ray is imported only past a join: a job that joins a running cache needs its channel alone
+    # (importing Ray costs ~1 s and tens of MB in every training process).
     if "{node}" in config.hot.dir:
+        import ray
+
         ensure_ray(config, start=start_ray)  # the directory names this node
         hot_dir = config.hot.dir.replace("{node}", ray.get_runtime_context().get_node_id()[:16])
     else:
@@ -203,6 +205,8 @@ def node_endpoint(config: TierloadConfig, start_ray: bool = True) -> Endpoint:
     joined = join_owner(config, hot_dir)
     if joined is not None:
         return joined
+    import ray
+
     ensure_ray(config, start=start_ray)
     try:
         handle = get_node_cache(config)

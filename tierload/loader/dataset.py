@@ -41,7 +41,8 @@ from tierload.config.models import TierloadConfig
 from tierload.config.tier_dirs import check_source_apart
 from tierload.data.elastic import Segment, remaining_order, segment_rank_count
 from tierload.data.layouts.base import BlockDecoder
-from tierload.data.manifest import Manifest, cache_path, load_manifest, open_manifest
+from tierload.data.manifest import Manifest, cache_path, open_manifest
+from tierload.data.manifest_helper import load_manifest_apart
 from tierload.data.mixture import Mixture
 from tierload.data.order import (
     epoch_order,
@@ -228,7 +229,10 @@ class TieredDataset(IterableDataset):
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> "TieredDataset":
-        """List (or load the cached manifest), start Ray and this node's cache. Idempotent.
+        """Map the cached manifest (a helper process lists the prefix and writes it first when there is
+        none: :mod:`tierload.data.manifest_helper`), then find this node's cache (through its channel
+        alone when another job or ``tierload serve`` runs it: no Ray in this process) or start Ray and
+        the cache. Idempotent.
 
         Returns:
             self.
@@ -247,11 +251,12 @@ class TieredDataset(IterableDataset):
             self._manifest = self._sources.load(self.refresh_manifest)
             self._mixture = self._sources.mixture(self.shuffle, self.window_blocks, *self._mixture_args)
         else:
-            listed = load_manifest(source, settings, self.layout, refresh=self.refresh_manifest)
+            # Listed and written by a helper process; this one maps the file (never holds the listing).
+            listed, listed_path = load_manifest_apart(source, settings, self.layout, refresh=self.refresh_manifest)
             # With columns=, a layout that fetches columns apart reads only theirs (its own block keys).
             self._manifest = listed.projected(self.columns, settings.label_column)
             # The node cache maps the cached file when it holds these blocks; a projection's are sent.
-            self._manifest_path = cache_path(source, settings, self.layout) if self._manifest is listed else None
+            self._manifest_path = listed_path if self._manifest is listed else None
         self._agree_across_ranks()  # before Ray: ranks that disagree stop here, all of them
         if self.shuffle == "sample" and self._manifest.num_packs:
             log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "

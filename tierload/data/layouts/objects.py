@@ -11,12 +11,11 @@ from __future__ import annotations
 import io
 import itertools
 import logging
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 from PIL import Image
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
@@ -26,6 +25,9 @@ from tierload.data.packs import ListedMembers, PackIndex, PackMembers, cut_runs,
 from tierload.errors import DecodeError, ManifestError
 from tierload.process_memory import release_freed_memory
 from tierload.stores.cold.listing import ObjectInfo, ObjectListing
+
+if TYPE_CHECKING:  # torch is imported where samples are decoded: planning a listing needs none of it
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,8 @@ def decode_image(data: bytes) -> torch.Tensor:
     array = array[None, :, :] if array.ndim == 2 else array.transpose(2, 0, 1)
     # Exactly one copy, into C-order (H, W, C) -> (C, H, W): it also makes the tensor writable
     # (PIL's buffer is read-only); a second copy would move another 1.5 MB for a 704x704 RGB image.
+    import torch
+
     return torch.from_numpy(np.array(array, dtype=np.uint8, order="C", copy=True))
 
 
@@ -257,6 +261,8 @@ def _checked_image(data: Any) -> torch.Tensor:
 
 
 def _raw_bytes(data: Any) -> Any:
+    import torch  # loaded by then (the decoding process imported it): a dict lookup
+
     return data if isinstance(data, torch.Tensor) else bytes(data)
 
 

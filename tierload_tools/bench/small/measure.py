@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
+from tierload.data.manifest_helper import PROCESS_NAME as MANIFEST_HELPER_NAME
+
 
 def collate_bytes(batch: list[tuple[Any, int]]) -> tuple[list[Any], list[int]]:
     """A batch of ``(sample, label)`` pairs -> ``(samples, labels)``, both plain lists.
@@ -45,8 +47,8 @@ class MemoryWatch:
         self.peak_rss = max(self.peak_rss, self.me.memory_info().rss)
         for child in self.me.children():
             try:
-                if child.cmdline() != self.cmdline:
-                    continue
+                if child.cmdline() != self.cmdline or child.name() == MANIFEST_HELPER_NAME:
+                    continue  # not a DataLoader worker (the forked manifest helper shares the command line)
                 uss = child.memory_full_info().uss
             except psutil.Error:
                 continue
