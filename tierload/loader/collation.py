@@ -111,7 +111,8 @@ def in_one_shared_storage(batch: Any) -> Any:
     arena = torch.UntypedStorage._new_shared(max(total, 1))
     moved: dict[int, torch.Tensor] = {}
     for tensor, offset in zip(tensors, offsets, strict=True):
-        view = torch.empty(0, dtype=tensor.dtype).set_(arena, offset // tensor.element_size(), tensor.shape)
+        view = torch.empty(0, dtype=tensor.dtype).set_(arena, offset // tensor.element_size(), tensor.shape,
+                                                         torch.empty(tensor.shape).stride())
         view.copy_(tensor)
         moved[id(tensor)] = view
     return _replace_tensors(batch, moved)
