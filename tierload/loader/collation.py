@@ -112,10 +112,18 @@ def in_one_shared_storage(batch: Any) -> Any:
     moved: dict[int, torch.Tensor] = {}
     for tensor, offset in zip(tensors, offsets, strict=True):
         view = torch.empty(0, dtype=tensor.dtype).set_(arena, offset // tensor.element_size(), tensor.shape,
-                                                         torch.empty(tensor.shape).stride())
+                                                         _contiguous_strides(tensor.shape))
         view.copy_(tensor)
         moved[id(tensor)] = view
     return _replace_tensors(batch, moved)
+
+
+def _contiguous_strides(shape: torch.Size) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return strides[::-1]
 
 
 def _tensors_in(value: Any) -> list[torch.Tensor]:
