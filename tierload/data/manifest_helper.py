@@ -5,17 +5,19 @@ hundreds of MB at their peak, and a process's heap rarely gives all of it back. 
 process pays that in every rank for the rest of the job, although it only ever needs the
 finished manifest, which it maps read-only (:func:`tierload.data.manifest.open_manifest`). So
 :func:`load_manifest_apart` lists, plans and writes the Arrow IPC file in a short-lived child
-process, started before Ray (so its peak and Ray's never add up), and maps the file the child
-hands back. A cached manifest is mapped at once, without a child.
+process, started before Ray when this process starts it (so its peak and Ray's never add up),
+and maps the file the child hands back. A cached manifest is mapped at once, without a child.
 
 Why fork: the child is ``os.fork()`` of the caller, so it starts with pyarrow, s3fs and tierload
 already imported, in milliseconds. A fresh interpreter (``python -m``, the first version) spent
 0.9 CPU-s and 1.2-1.4 s wall importing them again before every fresh listing
 (``benchmarks/results/2026-12-01-issue25-startup/README.md``). What forking asks for:
 
-* No Ray in the caller: a process where Ray is initialised (its threads, sockets and core worker
-  cannot be forked) builds the manifest itself, as does a platform without ``os.fork``; the
-  reason is logged at debug (:func:`fork_refused`).
+* The child touches nothing of the caller's threads: where Ray is initialised in the caller
+  (a Ray Train worker, a test session) its core worker's threads and sockets are inherited but
+  never used, as by the DataLoader workers torch forks from the same process. A platform
+  without ``os.fork`` builds the manifest in the caller; the reason is logged at debug
+  (:func:`fork_refused`).
 * Nothing of the caller's clients: the job crosses as pickled bytes even though the child could
   read it from memory, so the child's :class:`~tierload.stores.cold.source.ColdSource` makes its
   own fsspec client (fsspec resets its event loop, its IO thread and its instance cache after a
@@ -150,10 +152,6 @@ def fork_refused() -> str | None:
     """Why this process must not fork the helper (None: it may)."""
     if not hasattr(os, "fork"):
         return "this platform has no os.fork"
-    ray = sys.modules.get("ray")
-    is_initialized = getattr(ray, "is_initialized", None)
-    if is_initialized is not None and is_initialized():
-        return "Ray is initialised in this process (its threads and sockets do not survive a fork)"
     return None
 
 

@@ -54,13 +54,17 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
+MANIFEST_STEP = "manifest helper (list, build, save in a child)"
+
+
 def startup_sum(result: dict[str, Any]) -> float | None:
-    """Manifest build (without the listing) + saving it + registration + opening the first stream (s)."""
+    """The manifest step (listed, built and saved by the forked helper: the listing's seconds are
+    inside it, since the child's calls are not timed here) + registration + opening the first stream (s)."""
     steps = result.get("steps", {})
-    parts = ("load_manifest (build + save)", "registration", "open stream (incl. plan)")
-    if not all(p in steps for p in parts) or "list" not in steps:
+    parts = (MANIFEST_STEP, "registration", "open stream (incl. plan)")
+    if not all(p in steps for p in parts):
         return None
-    return sum(steps[p]["seconds"] for p in parts) - steps["list"]["seconds"]
+    return sum(steps[p]["seconds"] for p in parts)
 
 
 def _startup_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -69,8 +73,8 @@ def _startup_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     if result.get("ok"):
         seconds = startup_sum(result)
         if seconds is not None:
-            checks.append(_check("manifest build + registration + first plan, s", seconds, "< 10", seconds < 10,
-                                 f"{result['keys']} keys; listing {result['steps']['list']['seconds']:.1f} s apart"))
+            checks.append(_check("manifest (incl. listing) + registration + first plan, s", seconds, "< 10",
+                                 seconds < 10, f"{result['keys']} keys; the listing is timed inside the manifest step"))
         floor = report.get("baseline", {})
         above = (f"; {result['peak_rss_main_mb'] - floor['peak_rss_main_mb']:.0f} MB above a torch + plain "
                  f"DataLoader process ({floor['peak_rss_main_mb']:.0f} MB)") if floor.get("ok") else ""

@@ -42,7 +42,6 @@ STEPS = (
     ("list", "tierload.stores.cold.source", "ColdSource.list_objects"),
     ("build_manifest (incl. list)", "tierload.data.manifest", "build_manifest"),
     ("manifest to_json", "tierload.data.manifest", "Manifest.to_json"),
-    ("load_manifest (build + save)", "tierload.loader.dataset", "load_manifest"),
     ("manifest helper (list, build, save in a child)", "tierload.loader.dataset", "load_manifest_apart"),
     ("ray + node cache", "tierload.deploy.runtime", "node_endpoint"),
     ("registration", "tierload.loader.dataset", "TieredDataset._register"),
