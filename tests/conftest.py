@@ -19,7 +19,7 @@ from tierload_tools.s3local import LocalS3
 
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 _bucket_ids = itertools.count()
-pytest_plugins = ["store_fixtures", "suite_order"]  # the GCS, Azure and HTTP servers; the files' order for xdist
+pytest_plugins = ["store_fixtures"]  # the GCS, Azure and HTTP servers
 
 
 @pytest.fixture(scope="session")
