@@ -16,7 +16,8 @@ already imported, in milliseconds. A fresh interpreter (``python -m``, the first
 * The child touches nothing of the caller's threads: where Ray is initialised in the caller
   (a Ray Train worker, a test session) its core worker's threads and sockets are inherited but
   never used, as by the DataLoader workers torch forks from the same process. A platform
-  without ``os.fork`` builds the manifest in the caller; the reason is logged at debug
+  without ``os.fork``, or a process that has loaded obstore (whose Rust runtime's threads a
+  child would lack), builds the manifest in the caller; the reason is logged at debug
   (:func:`fork_refused`).
 * Nothing of the caller's clients: the job crosses as pickled bytes even though the child could
   read it from memory, so the child's :class:`~tierload.stores.cold.source.ColdSource` makes its
@@ -152,6 +153,10 @@ def fork_refused() -> str | None:
     """Why this process must not fork the helper (None: it may)."""
     if not hasattr(os, "fork"):
         return "this platform has no os.fork"
+    if "obstore" in sys.modules:
+        # Its Rust runtime's threads are not in a forked child: a child's listing through it (GCS,
+        # Azure, HTTP) waited forever (tests/test_stores.py, once this process had read through it).
+        return "obstore is loaded in this process (its runtime's threads do not survive a fork)"
     return None
 
 
