@@ -25,7 +25,7 @@ def log_path() -> Path:
 
 def _record(key: str) -> dict:
     with open(log_path(), "a") as handle:
-        handle.write(json.dumps({"pid": os.getpid(), "key": key}) + "\n")
+        handle.write(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "key": key}) + "\n")
     return {"key": key, "secret": "secret"}
 
 
