@@ -8,6 +8,7 @@ Azure tests skip saying so.
 from __future__ import annotations
 
 import pytest
+from gcs_preconditions import CheckedGcs, GcsPreconditions
 from store_servers import Azurite, FakeGcs, RangeFileServer, azurite_command
 
 
@@ -23,6 +24,14 @@ def gcs_store():
     """fake-gcs-server, in memory."""
     with FakeGcs() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def gcs_checked_store(gcs_store):
+    """fake-gcs-server read through tests/gcs_preconditions.py's proxy, which enforces ``If-Match``
+    and ``x-goog-if-generation-match`` on reads as real GCS does (the emulator ignores both)."""
+    with GcsPreconditions(gcs_store.url) as proxy:
+        yield CheckedGcs(gcs_store, proxy)
 
 
 @pytest.fixture(scope="session")
