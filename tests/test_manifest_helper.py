@@ -174,7 +174,7 @@ def test_the_helper_is_forked_where_ray_runs(ray_session, s3, bucket, tmp_path):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", OBJECTS, size=100)
     source, settings = _source(f"s3://{name}/ds", s3.storage_options), _settings(tmp_path)
-    assert ray.is_initialized() and fork_refused() is None
+    assert ray.is_initialized() and fork_refused(source) is None
     answer = run_helper(ManifestJob(source, settings, "files"))
     assert answer.pid != os.getpid()
     manifest, path = load_manifest_apart(source, settings, "files")
@@ -220,3 +220,22 @@ def test_the_helper_plans_a_file_listing_without_importing_torch(tmp_path):
     forked, written = done.stdout.split()
     assert forked == "True" and os.path.isfile(written)
     assert not seen.exists()  # neither torch nor Ray was asked for
+
+
+def test_obstore_loaded_refuses_the_fork_only_for_a_source_read_through_it(s3, bucket, tmp_path):
+    """A process that has read through obstore (GCS, Azure, HTTP, or S3 with ``s3_engine:
+    obstore``) still forks the helper for an S3 source read by s3fs and the fast path: the child
+    never touches obstore's runtime. A source read through obstore is built in this process."""
+    import obstore  # noqa: F401 - loaded, as after any GCS, Azure or HTTP read in this process
+
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", OBJECTS, size=100)
+    source = _source(f"s3://{name}/ds", s3.storage_options)
+    assert fork_refused(source) is None
+    answer = run_helper(ManifestJob(source, _settings(tmp_path), "files"))
+    assert answer.pid != os.getpid() and answer.error is None
+    through_obstore = ColdSource(f"s3://{name}/ds", ColdConfig(storage_options=s3.storage_options,
+                                                               s3_engine="obstore"))
+    assert f"s3://{name}/ds" in (fork_refused(through_obstore) or "")
+    with pytest.raises(ManifestError, match="cannot be forked"):
+        run_helper(ManifestJob(through_obstore, _settings(tmp_path / "other"), "files"))

@@ -16,9 +16,9 @@ already imported, in milliseconds. A fresh interpreter (``python -m``, the first
 * The child touches nothing of the caller's threads: where Ray is initialised in the caller
   (a Ray Train worker, a test session) its core worker's threads and sockets are inherited but
   never used, as by the DataLoader workers torch forks from the same process. A platform
-  without ``os.fork``, or a process that has loaded obstore (whose Rust runtime's threads a
-  child would lack), builds the manifest in the caller; the reason is logged at debug
-  (:func:`fork_refused`).
+  without ``os.fork``, or a process that has loaded obstore when the source is read through it
+  (its Rust runtime's threads a child would lack), builds the manifest in the caller; the reason
+  is logged at debug (:func:`fork_refused`).
 * Nothing of the caller's clients: the job crosses as pickled bytes even though the child could
   read it from memory, so the child's :class:`~tierload.stores.cold.source.ColdSource` makes its
   own fsspec client (fsspec resets its event loop, its IO thread and its instance cache after a
@@ -137,7 +137,7 @@ def load_manifest_apart(source: ColdSource, config: ManifestConfig, layout: str 
             return open_manifest(path), path
         except (OSError, ValueError, KeyError) as exc:  # ManifestError is a ValueError
             log.warning("cached manifest %s is unreadable (%s); listing again", path, exc)
-    refused = fork_refused()
+    refused = fork_refused(source)
     if refused is not None:
         log.debug("manifest of %s built in this process, not in a forked helper: %s", source.url, refused)
         save_manifest(build_manifest(source, config, layout), path)
@@ -149,14 +149,16 @@ def load_manifest_apart(source: ColdSource, config: ManifestConfig, layout: str 
     return open_manifest(answer.path), Path(answer.path)
 
 
-def fork_refused() -> str | None:
-    """Why this process must not fork the helper (None: it may)."""
+def fork_refused(source: ColdSource) -> str | None:
+    """Why this process must not fork a helper that lists and plans ``source`` (None: it may)."""
     if not hasattr(os, "fork"):
         return "this platform has no os.fork"
-    if "obstore" in sys.modules:
+    if "obstore" in sys.modules and source.backend.reads_through_obstore(source):
         # Its Rust runtime's threads are not in a forked child: a child's listing through it (GCS,
         # Azure, HTTP) waited forever (tests/test_stores.py, once this process had read through it).
-        return "obstore is loaded in this process (its runtime's threads do not survive a fork)"
+        # A child that lists and reads with s3fs or files never touches that runtime.
+        return (f"{source.url} is read through obstore, loaded in this process (its runtime's threads "
+                "do not survive a fork)")
     return None
 
 
@@ -168,7 +170,7 @@ def run_helper(job: ManifestJob, timeout_s: float | None = None) -> ManifestAnsw
         ManifestError: The child ended without an answer, or ran past ``timeout_s``, or this
             process must not fork (:func:`fork_refused`).
     """
-    refused = fork_refused()
+    refused = fork_refused(job.source)
     if refused is not None:
         raise ManifestError(f"the manifest helper cannot be forked: {refused}; build the manifest in this "
                             "process (load_manifest_apart does)", url=job.source.url)

@@ -54,6 +54,11 @@ class ColdBackend:
     def configure(self, fs) -> None:
         """Adjust a freshly made filesystem client (e.g. one try per request: tierload retries)."""
 
+    def reads_through_obstore(self, source: ColdSource) -> bool:
+        """Whether ``source`` is listed or read through obstore, whose Rust runtime's threads a
+        forked child does not have (so a forked manifest helper must not use it)."""
+        return False
+
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
         """Every object under ``root`` (the prefix without its scheme), sorted by URL.

@@ -41,6 +41,9 @@ class S3Backend(ColdBackend):
     def configure(self, fs) -> None:
         fs.retries = 1  # one try: tierload.stores.cold.retry is the only retry layer
 
+    def reads_through_obstore(self, source: ColdSource) -> bool:
+        return source.config.s3_engine == "obstore"  # listings are s3fs's either way
+
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
         fs = source.fs
