@@ -79,17 +79,27 @@ class _RayCoordinator(Coordinator):
         self.start()
 
 
-def get_coordinator(config: TierloadConfig):
-    """The deployment's coordinator actor, created if missing."""
+def _start_coordinator(config: TierloadConfig) -> Any:
+    """The deployment's coordinator actor, created if missing; not waited for."""
     import ray
 
-    handle: Any = ray.remote(_RayCoordinator).options(
+    return ray.remote(_RayCoordinator).options(
         **_actor_options(coordinator_name(config), config.ray.namespace)).remote(config.to_dict())
+
+
+def _wait_coordinator(handle: Any) -> Any:
+    import ray
+
     try:
         ray.get(handle.ready.remote(), timeout=120)
     except Exception as exc:  # noqa: BLE001
         raise ServiceError(f"the coordinator actor did not start: {exc}") from exc
     return handle
+
+
+def get_coordinator(config: TierloadConfig):
+    """The deployment's coordinator actor, created if missing."""
+    return _wait_coordinator(_start_coordinator(config))
 
 
 class CoordinatorCall:
@@ -219,11 +229,14 @@ def get_node_cache(config: TierloadConfig, node_id: str | None = None):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node_id = node_id or ray.get_runtime_context().get_node_id()
-    get_coordinator(config)
+    # Both actors' worker processes start at once (each is an interpreter importing Ray and tierload,
+    # about a second apiece): the node cache asks the coordinator for the checksum key when it is up.
+    coordinator = _start_coordinator(config)
     options = _actor_options(node_cache_name(config, node_id), config.ray.namespace)
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     handle: Any = ray.remote(_RayNodeCache).options(**options).remote(
         config.to_dict(), coordinator_name(config), config.ray.namespace)
+    _wait_coordinator(coordinator)
     try:
         ray.get(handle.ready.remote(), timeout=120)
         refused = ray.get(handle.refusal.remote(), timeout=60)

@@ -30,6 +30,7 @@ from tierload.deploy.actors import (
     node_cache_name,
     served,
 )
+from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config
 from tierload.errors import ServiceError, TierInUseError
 from tierload.wire.api import COORDINATOR_METHODS, CoordinatorAPI, NodeCacheServiceAPI
 
@@ -79,11 +80,14 @@ def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
         return
     try:
         # address="local" starts a fresh cluster even if a stale /tmp/ray session exists.
-        with _loopback_node():
+        # Sized to what tierload uses (no API server, no idle workers; no metrics agent unless metrics
+        # are asked for): tierload.deploy.local_ray.
+        metrics = config.metrics.enabled
+        with _loopback_node(), lean_local_ray(metrics):
             ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
                      _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
                      object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
-                     configure_logging=False)
+                     configure_logging=False, _system_config=local_ray_system_config(metrics))
         # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
         atexit.register(_close_node_caches, config.ray.namespace)
     except Exception as exc:  # noqa: BLE001 - Ray raises many types; say what we tried

@@ -1,0 +1,98 @@
+"""tierload's own local Ray runs what tierload uses, and no more (issue 25, item 2).
+
+A child process starts the local Ray exactly as a training job does (no cluster configured):
+``node_endpoint`` starts Ray, the coordinator and this node's cache actor. It then lists every
+process of the Ray session (psutil: the children of the driver). Without metrics: no API server
+(``dashboard.py``), no autoscaler monitor, a minimal dashboard agent (no metrics agent) and no
+worker beyond the two actors' (Ray pre-starts one idle worker per CPU otherwise). With metrics
+asked for, the full agent runs and Ray's Prometheus endpoint carries the node cache's metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+pytest.importorskip("psutil")
+
+_CHILD = textwrap.dedent("""
+    import json, sys, time, urllib.request
+    import psutil, ray
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import node_endpoint, stop_actors
+
+    metrics = sys.argv[2] == "metrics"
+    config = load_config({"hot": {"dir": sys.argv[1]}, "warm": {"url": None}, "ray": {"num_cpus": 2},
+                          "metrics": {"enabled": metrics, "export_interval_s": 0.5}}, environ={})
+    node_endpoint(config)  # starts the local Ray, the coordinator and this node's cache actor
+    exported = None
+    if metrics:  # the node cache's hot-tier capacity gauge, on Ray's Prometheus endpoint
+        port = [node["MetricsExportPort"] for node in ray.nodes() if node["Alive"]][0]
+        exported, deadline = False, time.monotonic() + 90
+        while not exported and time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+                exported = "ray_tierload_capacity_bytes{" in response.read().decode()
+            time.sleep(0.5)
+    processes = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            processes.append(" ".join(proc.cmdline()))
+        except psutil.Error:
+            pass
+    print("RESULT " + json.dumps({"processes": processes, "exported": exported}))
+    stop_actors(config)
+    ray.shutdown()
+""")
+
+
+def _session_processes(hot_dir: str, mode: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TIERLOAD_RAY__ADDRESS")}
+    env["RAY_TMPDIR"] = ray_tmp = tempfile.mkdtemp(prefix="tlf")  # short: Ray's socket paths stay under 107 bytes
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD, hot_dir, mode], capture_output=True, text=True,
+                              timeout=240, env=env)
+    finally:
+        subprocess.run(["rm", "-rf", ray_tmp], check=False)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    found = json.loads(line[len("RESULT "):])
+    commands = found["processes"]
+    assert any("gcs_server" in c for c in commands) and any("raylet" in c for c in commands), commands
+    return found
+
+
+def _with(commands: list[str], needle: str) -> list[str]:
+    return [c for c in commands if needle in c]
+
+
+def _workers(commands: list[str]) -> list[str]:
+    """Ray's workers (``ray::IDLE``, or ``ray::<actor class>`` once an actor runs in one); Ray's agents
+    title themselves ``ray::...Agent`` too."""
+    titles = [c.split()[0] for c in commands if c.startswith("ray::")]
+    return [title for title in titles if title not in ("ray::DashboardAgent", "ray::RuntimeEnvAgent")]
+
+
+def test_the_local_ray_runs_no_dashboard_agents_or_idle_workers_without_metrics(tmp_path):
+    commands = _session_processes(str(tmp_path / "hot"), "plain")["processes"]
+    assert not _with(commands, "dashboard/dashboard.py"), "the API server runs"
+    assert not _with(commands, "autoscaler/_private/monitor.py"), "the autoscaler monitor runs"
+    agents = _with(commands, "dashboard/agent.py")
+    assert len(agents) == 1 and "--minimal" in agents[0], agents  # the raylet needs one; no metrics agent in it
+    assert len(_with(commands, "runtime_env/agent/main.py")) == 1  # workers' environments: Ray needs it
+    assert sorted(_workers(commands)) == ["ray::_RayCoordinator", "ray::_RayNodeCache"], commands
+
+
+def test_the_local_ray_exports_metrics_when_they_are_asked_for(tmp_path):
+    found = _session_processes(str(tmp_path / "hot"), "metrics")
+    commands = found["processes"]
+    assert found["exported"] is True, "the node cache's metrics never reached Ray's Prometheus endpoint"
+    agents = _with(commands, "dashboard/agent.py")
+    assert len(agents) == 1 and "--minimal" not in agents[0], agents  # the metrics agent serves the endpoint
+    assert not _with(commands, "dashboard/dashboard.py"), "the API server runs"
+    assert sorted(_workers(commands)) == ["ray::_RayCoordinator", "ray::_RayNodeCache"], commands
