@@ -206,7 +206,7 @@ class PackSamples(Sequence[tuple[Any, int]]):
     Args:
         data: The block's raw bytes (or a uint8 tensor).
         first: Sample id of the block's first member.
-        starts, ends: int64 (members,): byte range of each member inside the block.
+        starts, ends: int32 or int64 (members,): byte range of each member inside the block.
         labels: int64 (num_samples,): the manifest's labels.
         decode: ``decode(slice) -> sample``.
     """
