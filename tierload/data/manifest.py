@@ -21,7 +21,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
@@ -307,6 +306,8 @@ _DETECT_WINDOW = 65536
 
 def detect_layout(objects: ObjectListing, config: ManifestConfig) -> str:
     """Pick the layout from what the listing holds (``manifest.layout: auto``)."""
+    import pyarrow.compute as pc  # here: a process that only maps a manifest never loads it (~9 MB)
+
     suffixes = [spec.suffix for spec in LAYOUTS.values() if spec.suffix is not None]
     every = dict.fromkeys(suffixes, True)
     nonempty = False

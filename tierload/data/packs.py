@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, string_scalar
@@ -218,6 +217,8 @@ def pack_digests(urls: pa.Array, versions: pa.Array, sizes: np.ndarray, starts: 
     Returns:
         ``pack-<hex>`` per pack, in order.
     """
+    import pyarrow.compute as pc  # here: a process that only maps a manifest never loads it (~9 MB)
+
     digests: list[str] = []
     begin = 0
     while begin < len(starts):
