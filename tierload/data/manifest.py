@@ -247,9 +247,11 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
     }
     if listing.offsets is not None:  # members that are byte ranges of their objects
         columns["member_offset"] = int64_array(listing.offsets)
+    # dataset_id too: a process that maps the file then never reads the key column to digest it
+    # (tens of MB of its pages at a million blocks).
     meta = {"format": FORMAT_VERSION, "url": manifest.url, "layout": manifest.layout,
             "created_at": manifest.created_at, "classes": manifest.classes, "extra": manifest.extra,
-            "skipped": manifest.skipped}
+            "skipped": manifest.skipped, "dataset_id": manifest.dataset_id}
     table = pa.table({name: _one_row(values) for name, values in columns.items()},
                      metadata={"tierload": json.dumps(meta)})
     # A listing names every object of the dataset: owner-only, as the tiers (issue 26 item 3).
@@ -295,9 +297,12 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
     blocks = BlockColumns(column("block_key"), column("block_url"), column("block_version"), numbers("block_offset"),
                           numbers("block_length"), numbers("pack_block"), numbers("pack_first"),
                           numbers("member_id"), listing)
-    return Manifest(url=meta["url"], layout=meta["layout"], blocks=blocks, sample_block=numbers("sample_block"),
-                    sample_index=numbers("sample_index"), labels=numbers("labels"), classes=meta["classes"],
-                    extra=meta["extra"], skipped=meta["skipped"], created_at=meta["created_at"])
+    manifest = Manifest(url=meta["url"], layout=meta["layout"], blocks=blocks, sample_block=numbers("sample_block"),
+                        sample_index=numbers("sample_index"), labels=numbers("labels"), classes=meta["classes"],
+                        extra=meta["extra"], skipped=meta["skipped"], created_at=meta["created_at"])
+    if isinstance(meta.get("dataset_id"), str):  # written by save_manifest since issue 25 (older files: digested)
+        manifest._dataset_id = meta["dataset_id"]
+    return manifest
 
 
 # URLs lower-cased at once by detect_layout (bounds its transient memory).
