@@ -17,15 +17,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.config.models import ManifestConfig
+from tierload.data.block_columns import BlockColumns, block_lengths, digest_keys, pack_count
 from tierload.data.blocks import Block
 from tierload.data.layouts.base import BlockDecoder
 from tierload.data.layouts.registry import LAYOUTS, layout_spec
@@ -56,7 +56,9 @@ class Manifest:
     Attributes:
         url: The dataset prefix URL in the cold tier.
         layout: A name in :data:`tierload.data.layouts.registry.LAYOUTS`.
-        blocks: Every block (see :class:`tierload.data.blocks.Block`).
+        blocks: Every block (see :class:`tierload.data.blocks.Block`): a planner's list, or the
+            columns of a mapped manifest (:class:`~tierload.data.block_columns.BlockColumns`,
+            which make a ``Block`` only when one is indexed).
         sample_block: int32 (num_samples,): block index of each sample.
         sample_index: int32 (num_samples,): position of each sample inside its block.
         labels: int64 (num_samples,): class index, or -1 where the label comes with the data.
@@ -68,7 +70,7 @@ class Manifest:
 
     url: str
     layout: str
-    blocks: list[Block]
+    blocks: Sequence[Block]
     sample_block: np.ndarray
     sample_index: np.ndarray
     labels: np.ndarray
@@ -84,7 +86,7 @@ class Manifest:
     @property
     def total_bytes(self) -> int:
         """Sum of block sizes in bytes."""
-        return sum(block.length for block in self.blocks)
+        return int(block_lengths(self.blocks).sum())
 
     @property
     def dataset_id(self) -> str:
@@ -92,8 +94,7 @@ class Manifest:
         if not hasattr(self, "_dataset_id"):
             digest = xxhash.xxh3_128()
             digest.update(self.url.encode())
-            for block in self.blocks:
-                digest.update(block.key.encode())
+            digest_keys(digest, self.blocks)
             self._dataset_id = digest.hexdigest()[:24]
         return self._dataset_id
 
@@ -101,13 +102,16 @@ class Manifest:
     def pack_index(self) -> PackIndex:
         """Where each sample lies inside its block (layouts with one sample per object)."""
         if not hasattr(self, "_pack_index"):
-            self._pack_index = PackIndex.of(self.blocks)
+            if isinstance(self.blocks, BlockColumns):  # mapped: from the columns, no Block made
+                self._pack_index = PackIndex.of_members(self.blocks.member_counts(), self.blocks.member_sizes())
+            else:
+                self._pack_index = PackIndex.of(self.blocks)
         return self._pack_index
 
     @property
     def num_packs(self) -> int:
         """Blocks that are packs of small objects."""
-        return sum(1 for block in self.blocks if block.members is not None)
+        return pack_count(self.blocks)
 
     def decoder(self, label_column: str | None = "label", columns: list[str] | None = None) -> BlockDecoder:
         """The block decoder for this layout (see :mod:`tierload.data.layouts.registry`)."""
@@ -128,7 +132,8 @@ class Manifest:
         if columns is None or project is None:
             return self
         blocks = project(self, list(columns), label_column)
-        if all(new is old for new, old in zip(blocks, self.blocks, strict=True)):
+        # Equal, not identical: a mapped manifest makes a new Block each time one is indexed.
+        if blocks is self.blocks or all(new == old for new, old in zip(blocks, self.blocks, strict=True)):
             return self
         return dataclasses.replace(self, blocks=blocks)
 
@@ -242,9 +247,11 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
     }
     if listing.offsets is not None:  # members that are byte ranges of their objects
         columns["member_offset"] = int64_array(listing.offsets)
+    # dataset_id too: a process that maps the file then never reads the key column to digest it
+    # (tens of MB of its pages at a million blocks).
     meta = {"format": FORMAT_VERSION, "url": manifest.url, "layout": manifest.layout,
             "created_at": manifest.created_at, "classes": manifest.classes, "extra": manifest.extra,
-            "skipped": manifest.skipped}
+            "skipped": manifest.skipped, "dataset_id": manifest.dataset_id}
     table = pa.table({name: _one_row(values) for name, values in columns.items()},
                      metadata={"tierload": json.dumps(meta)})
     # A listing names every object of the dataset: owner-only, as the tiers (issue 26 item 3).
@@ -286,16 +293,16 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
 
     offsets = numbers("member_offset") if "member_offset" in table.column_names else None
     listing = PackMembers(column("member_url"), column("member_version"), numbers("member_size"), offsets)
-    member_ids, pack_first = numbers("member_id"), numbers("pack_first")
-    packs = {int(block): ListedMembers(listing, member_ids[lo:hi])
-             for block, lo, hi in zip(numbers("pack_block").tolist(), pack_first[:-1].tolist(),
-                                      pack_first[1:].tolist(), strict=True)}
-    rows = zip(column("block_key").to_pylist(), column("block_url").to_pylist(), column("block_version").to_pylist(),
-               numbers("block_offset").tolist(), numbers("block_length").tolist(), strict=True)
-    blocks = [Block(*row, packs.get(index)) for index, row in enumerate(rows)]
-    return Manifest(url=meta["url"], layout=meta["layout"], blocks=blocks, sample_block=numbers("sample_block"),
-                    sample_index=numbers("sample_index"), labels=numbers("labels"), classes=meta["classes"],
-                    extra=meta["extra"], skipped=meta["skipped"], created_at=meta["created_at"])
+    # Columns over the mapped file: a Block is made when one is indexed (no Python object per block).
+    blocks = BlockColumns(column("block_key"), column("block_url"), column("block_version"), numbers("block_offset"),
+                          numbers("block_length"), numbers("pack_block"), numbers("pack_first"),
+                          numbers("member_id"), listing)
+    manifest = Manifest(url=meta["url"], layout=meta["layout"], blocks=blocks, sample_block=numbers("sample_block"),
+                        sample_index=numbers("sample_index"), labels=numbers("labels"), classes=meta["classes"],
+                        extra=meta["extra"], skipped=meta["skipped"], created_at=meta["created_at"])
+    if isinstance(meta.get("dataset_id"), str):  # written by save_manifest since issue 25 (older files: digested)
+        manifest._dataset_id = meta["dataset_id"]
+    return manifest
 
 
 # URLs lower-cased at once by detect_layout (bounds its transient memory).
@@ -304,6 +311,8 @@ _DETECT_WINDOW = 65536
 
 def detect_layout(objects: ObjectListing, config: ManifestConfig) -> str:
     """Pick the layout from what the listing holds (``manifest.layout: auto``)."""
+    import pyarrow.compute as pc  # here: a process that only maps a manifest never loads it (~9 MB)
+
     suffixes = [spec.suffix for spec in LAYOUTS.values() if spec.suffix is not None]
     every = dict.fromkeys(suffixes, True)
     nonempty = False

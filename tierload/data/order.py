@@ -28,8 +28,13 @@ def _rng(seed: int, epoch: int) -> np.random.Generator:
     return np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, 0x7E1])
 
 
+def compact_index_dtype(count: int) -> np.dtype:
+    """The smallest of int32 and int64 that holds every index ``0 .. count - 1`` (int32 below 2**31)."""
+    return np.dtype(np.int32) if count <= np.iinfo(np.int32).max else np.dtype(np.int64)
+
+
 def epoch_order(sample_block: np.ndarray, *, seed: int, epoch: int, shuffle: str = "sample",
-                window_blocks: int = 8) -> np.ndarray:
+                window_blocks: int = 8, dtype: np.dtype | type = np.int64) -> np.ndarray:
     """The global sample order of one epoch.
 
     Args:
@@ -38,18 +43,28 @@ def epoch_order(sample_block: np.ndarray, *, seed: int, epoch: int, shuffle: str
         epoch: Epoch number.
         shuffle: ``"sample"``, ``"block"`` or ``"none"``.
         window_blocks: Blocks per shuffle window in ``"block"`` mode (>= 1).
+        dtype: Of the returned order: int64, or int32 (:func:`compact_index_dtype`) to halve it;
+            the order is the same either way (the shuffles draw the same numbers).
 
     Returns:
-        int64 array (num_samples,): a permutation of ``range(num_samples)``.
+        int array of ``dtype`` (num_samples,): a permutation of ``range(num_samples)``.
 
     Raises:
-        ValueError: Unknown shuffle mode or ``window_blocks < 1``.
+        ValueError: Unknown shuffle mode, ``window_blocks < 1``, or a ``dtype`` that cannot index
+            ``num_samples`` samples.
     """
     count = int(sample_block.shape[0])
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or (count and count - 1 > np.iinfo(dtype).max):
+        raise ValueError(f"dtype={dtype} for {count} samples; use int64, or int32 below 2**31 samples")
     if shuffle == "none":
-        return np.arange(count, dtype=np.int64)
+        return np.arange(count, dtype=dtype)
     if shuffle == "sample":
-        return _rng(seed, epoch).permutation(count).astype(np.int64, copy=False)  # no second copy of the order
+        # Generator.permutation(n) is arange(n) shuffled in place: the same draws in the asked
+        # dtype, with no int64 copy of the order on the way.
+        order = np.arange(count, dtype=dtype)
+        _rng(seed, epoch).shuffle(order)
+        return order
     if shuffle != "block":
         raise ValueError(f"shuffle={shuffle!r}; choose one of {', '.join(SHUFFLE_MODES)}")
     if window_blocks < 1:
@@ -65,14 +80,14 @@ def epoch_order(sample_block: np.ndarray, *, seed: int, epoch: int, shuffle: str
     # Windows are written into one preallocated array and shuffled in place (the same draws as
     # rng.permutation of each window): a DataLoader worker computes this order every epoch, and
     # a list of small pieces concatenated would leave its heap fragmented by the order's size.
-    order = np.empty(count, dtype=np.int64)
+    order = np.empty(count, dtype=dtype)
     filled = 0
     for start in range(0, len(block_perm), window_blocks):
         window_start = filled
         for block in block_perm[start:start + window_blocks].tolist():
             lo, hi = int(bounds[block]), int(bounds[block + 1])
             if by_block is None:
-                order[filled:filled + hi - lo] = np.arange(lo, hi, dtype=np.int64)
+                order[filled:filled + hi - lo] = np.arange(lo, hi, dtype=dtype)
             else:
                 order[filled:filled + hi - lo] = by_block[lo:hi]
             filled += hi - lo
@@ -106,6 +121,9 @@ def rank_slice(order: np.ndarray, *, rank: int, world_size: int, drop_last: bool
 def worker_positions(count: int, *, worker_id: int, num_workers: int, chunk: int) -> np.ndarray:
     """Positions in a rank's slice (of length ``count``) that DataLoader worker ``worker_id`` yields.
 
+    Returns:
+        int32 (int64 from 2**31 positions) (positions,), increasing.
+
     Raises:
         ValueError: Bad worker id or chunk size.
     """
@@ -113,11 +131,16 @@ def worker_positions(count: int, *, worker_id: int, num_workers: int, chunk: int
         raise ValueError(f"worker_id={worker_id}, num_workers={num_workers}")
     if chunk < 1:
         raise ValueError(f"chunk={chunk}; it must be >= 1")
-    starts = np.arange(worker_id * chunk, count, num_workers * chunk, dtype=np.int64)
+    # Held for a whole epoch by each reader: int32 below 2**31 positions, and built without a
+    # (chunks, chunk) temporary and its mask when one worker takes every position.
+    dtype = compact_index_dtype(count + chunk)  # a chunk's last position may pass count before the cut
+    if num_workers == 1:
+        return np.arange(count, dtype=dtype)
+    starts = np.arange(worker_id * chunk, count, num_workers * chunk, dtype=dtype)
     if not len(starts):
-        return np.zeros(0, dtype=np.int64)
-    positions = (starts[:, None] + np.arange(chunk, dtype=np.int64)[None, :]).ravel()
-    return positions[positions < count]
+        return np.zeros(0, dtype=dtype)
+    positions = (starts[:, None] + np.arange(chunk, dtype=dtype)[None, :]).ravel()
+    return positions[positions < count] if int(positions[-1]) >= count else positions
 
 
 def resolve_shuffle(shuffle: str, num_samples: int, num_blocks: int) -> str:
@@ -137,3 +160,45 @@ def reuse_gap(sample_block: np.ndarray, window_blocks: int) -> int:
     most = int(np.bincount(sample_block).max(initial=1)) if len(sample_block) else 1
     return 1 if most <= 1 else int(window_blocks * most)
 
+
+
+# Sample ids gathered at once by block_sequence (bounds its transient index copy to 512 KiB).
+_GATHER_WINDOW = 65536
+
+
+def block_sequence(sample_block: np.ndarray, *orders: np.ndarray) -> np.ndarray:
+    """The block of each position of ``orders`` laid end to end, as one int32 array (a stream plan's ``seq``).
+
+    Gathered straight into the result: no temporary per order, no concatenation, no cast (each
+    would copy the plan again: megabytes at a million samples, at the start-up's peak).
+
+    Args:
+        sample_block: int array (num_samples,): block index of each sample (< 2**31 blocks).
+        orders: int arrays of sample ids (any int dtype).
+
+    Returns:
+        int32 (sum of the orders' lengths,).
+
+    Raises:
+        ValueError: A block index does not fit int32.
+        IndexError: A sample id is outside ``sample_block``.
+    """
+    wide = sample_block.dtype != np.int32
+    if wide and len(sample_block) and int(sample_block.max(initial=0)) > np.iinfo(np.int32).max:
+        raise ValueError(f"block index {int(sample_block.max())} does not fit a stream plan's int32 sequence")
+    seq = np.empty(sum(len(order) for order in orders), np.int32)
+    at = 0
+    for order in orders:
+        part = seq[at:at + len(order)]
+        if len(order) and not 0 <= int(order.min()) <= int(order.max()) < len(sample_block):
+            raise IndexError(f"sample ids {int(order.min())}..{int(order.max())} outside 0..{len(sample_block) - 1}")
+        # A window at a time: take converts int32 ids to intp (8 bytes each) first, and its default
+        # mode buffers `out` in a temporary copy (mode="clip": the bounds were checked above).
+        for lo in range(0, len(order), _GATHER_WINDOW):
+            window = order[lo:lo + _GATHER_WINDOW]
+            if wide:
+                part[lo:lo + len(window)] = sample_block[window]
+            else:
+                np.take(sample_block, window, out=part[lo:lo + len(window)], mode="clip")
+        at += len(order)
+    return seq

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, string_scalar
@@ -218,6 +217,8 @@ def pack_digests(urls: pa.Array, versions: pa.Array, sizes: np.ndarray, starts: 
     Returns:
         ``pack-<hex>`` per pack, in order.
     """
+    import pyarrow.compute as pc  # here: a process that only maps a manifest never loads it (~9 MB)
+
     digests: list[str] = []
     begin = 0
     while begin < len(starts):
@@ -325,6 +326,10 @@ def group_objects(objects: Sequence[ObjectInfo], threshold_bytes: int, target_by
     return [range(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+# Members whose offsets PackIndex.of_members computes at once (bounds its int64 temporaries).
+_INDEX_WINDOW = 65536
+
+
 @dataclass(frozen=True)
 class PackIndex:
     """Where each sample lies inside its block, for layouts with one sample per object.
@@ -336,8 +341,9 @@ class PackIndex:
     Attributes:
         first: int64 (blocks + 1,): index of each block's first member; the last entry is the
             number of members.
-        starts: int64 (members,): first byte of each member inside its block.
-        ends: int64 (members,): one past the last byte of each member inside its block.
+        starts: int32 (int64 when a block reaches 2 GiB) (members,): first byte of each member
+            inside its block.
+        ends: as ``starts``: one past the last byte of each member inside its block.
     """
 
     first: np.ndarray
@@ -353,11 +359,48 @@ class PackIndex:
         sizes = np.empty(int(first[-1]), dtype=np.int64)
         for index, block in enumerate(blocks):
             sizes[first[index]:first[index + 1]] = block.length if block.members is None else block.members.sizes
-        before = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=before[1:])
-        # offsets restart at 0 in every block: subtract the bytes of the blocks before it
+        return cls.of_members(counts, sizes)
+
+    @classmethod
+    def of_members(cls, counts: np.ndarray, sizes: np.ndarray) -> "PackIndex":
+        """The index from columns, a window of members at a time (no int64 copy of every member).
+
+        Args:
+            counts: int (blocks,): members per block (1 for a plain block).
+            sizes: int (members,): each member's bytes, block after block.
+        """
+        first = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
+        total = int(first[-1])
+        # Byte offsets inside a block: int32 unless a block reaches 2 GiB (half the index's
+        # memory, which every DataLoader worker holds for the run).
+        starts, ends = np.empty(total, np.int32), np.empty(total, np.int32)
+        block = 0
+        while block < len(counts):
+            lo = int(first[block])
+            stop = max(block + 1, int(np.searchsorted(first, lo + _INDEX_WINDOW, side="right")) - 1)
+            stop = min(stop, len(counts))
+            hi = int(first[stop])
+            window = sizes[lo:hi].astype(np.int64)
+            before = np.zeros(len(window) + 1, np.int64)
+            np.cumsum(window, out=before[1:])
+            # offsets restart at 0 in every block: subtract the bytes of the window's blocks before it
+            local = before[:-1] - np.repeat(before[first[block:stop] - lo], counts[block:stop])
+            if len(window) and int((local + window).max()) > np.iinfo(np.int32).max:
+                return cls._wide(first, counts, sizes)
+            starts[lo:hi] = local
+            ends[lo:hi] = local + window
+            block = stop
+        return cls(first, starts, ends)
+
+    @classmethod
+    def _wide(cls, first: np.ndarray, counts: np.ndarray, sizes: np.ndarray) -> "PackIndex":
+        """int64 offsets, for blocks of 2 GiB and more."""
+        wide = np.asarray(sizes, np.int64)
+        before = np.zeros(len(wide) + 1, dtype=np.int64)
+        np.cumsum(wide, out=before[1:])
         starts = before[:-1] - np.repeat(before[first[:-1]], counts)
-        return cls(first, starts, starts + sizes)
+        return cls(first, starts, starts + wide)
 
     def span(self, block_index: int) -> tuple[int, np.ndarray, np.ndarray]:
         """``(first member, starts, ends)`` of one block's members."""

@@ -8,11 +8,13 @@ epoch of misses (the hot tier) or after downloading what cannot be kept (``tierl
 
 from __future__ import annotations
 
-import heapq
 import logging
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from tierload.config.models import TierloadConfig
+from tierload.data.block_columns import block_lengths
 from tierload.data.blocks import Block
 from tierload.units import format_bytes
 
@@ -21,22 +23,24 @@ log = logging.getLogger(__name__)
 _warned: set[tuple] = set()  # (dataset, capacity, depth) already warned about in this process
 
 
-def prefetch_window_bytes(lengths: Sequence[int], depth_blocks: int, depth_bytes: int) -> int:
+def prefetch_window_bytes(lengths: Sequence[int] | np.ndarray, depth_blocks: int, depth_bytes: int) -> int:
     """Bytes the prefetch window may hold at once: the ``depth_blocks`` largest blocks, capped at
     ``depth_bytes`` but never below the largest block (one block is always fetched whole).
 
     Args:
-        lengths: Block sizes in bytes.
+        lengths: Block sizes in bytes (a sequence, or an int64 array).
         depth_blocks: ``prefetch.depth_blocks`` (0: no prefetching ahead).
         depth_bytes: ``prefetch.depth_bytes``.
 
     Returns:
         Bytes (int); 0 when nothing is prefetched or there are no blocks.
     """
-    if depth_blocks <= 0 or not lengths:
+    sizes = np.asarray(lengths, dtype=np.int64)
+    if depth_blocks <= 0 or not len(sizes):
         return 0
-    largest_first = heapq.nlargest(depth_blocks, lengths)  # O(n log k): no sort of every block at start-up
-    return max(min(sum(largest_first), depth_bytes), largest_first[0])
+    # O(n) selection of the largest: no sort of every block at start-up, no Python int per block
+    largest = sizes if depth_blocks >= len(sizes) else np.partition(sizes, len(sizes) - depth_blocks)[-depth_blocks:]
+    return max(min(int(largest.sum()), depth_bytes), int(largest.max()))
 
 
 def hot_fit_problem(config: TierloadConfig, blocks: Sequence[Block]) -> str | None:
@@ -50,8 +54,8 @@ def hot_fit_problem(config: TierloadConfig, blocks: Sequence[Block]) -> str | No
     if not blocks:
         return None
     capacity = max(config.hot.capacity_bytes, config.hot.ram_capacity_bytes)  # a block lives in one level
-    largest = max(blocks, key=lambda block: block.length)
-    lengths = [block.length for block in blocks]
+    lengths = block_lengths(blocks)  # a view of a mapped manifest's column: no Block per block
+    largest = blocks[int(np.argmax(lengths))]
     window = prefetch_window_bytes(lengths, config.prefetch.depth_blocks, config.prefetch.depth_bytes)
     if capacity < largest.length:
         return (f"hot.capacity_bytes is {format_bytes(capacity)}, smaller than the largest block "

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -131,7 +131,7 @@ def staging_order(manifest: Manifest, *, epochs: int = 1, seed: int = 0, shuffle
     return np.concatenate(order) if order else np.zeros(0, dtype=np.int64)
 
 
-def select(blocks: list[Block], order: np.ndarray, fraction: float) -> list[Block]:
+def select(blocks: Sequence[Block], order: np.ndarray, fraction: float) -> list[Block]:
     """The first blocks of ``order`` that make up ``fraction`` (0 < f <= 1) of their bytes.
 
     Raises:

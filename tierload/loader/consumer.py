@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Mapping, TypeVar
 
 from tierload.config.models import TierloadConfig
 from tierload.data.blocks import Block
@@ -48,7 +48,7 @@ class DirectSource:
         blocks: The dataset's blocks, by key.
     """
 
-    def __init__(self, config: TierloadConfig, cold: ColdLocation, blocks: dict[str, Block]) -> None:
+    def __init__(self, config: TierloadConfig, cold: ColdLocation, blocks: Mapping[str, Block]) -> None:
         self.blocks = blocks
         self.cold = ColdSource(cold, config.cold)
         self.warm = open_store(config.warm.url, "warm", shared=config.warm.shared) if config.warm.url else None

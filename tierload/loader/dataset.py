@@ -39,12 +39,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tierload.config.loading import load_config
 from tierload.config.models import TierloadConfig
 from tierload.config.tier_dirs import check_source_apart
+from tierload.data.block_columns import BlocksByKey, block_keys
 from tierload.data.elastic import Segment, remaining_order, segment_rank_count
 from tierload.data.layouts.base import BlockDecoder
 from tierload.data.manifest import Manifest, cache_path, open_manifest
 from tierload.data.manifest_helper import load_manifest_apart
 from tierload.data.mixture import Mixture
 from tierload.data.order import (
+    block_sequence,
+    compact_index_dtype,
     epoch_order,
     rank_slice,
     resolve_shuffle,
@@ -266,7 +269,7 @@ class TieredDataset(IterableDataset):
         self._endpoint = attach_node_cache(self.config, self)  # found or started; re-created if removed for good
         self._link = NodeLink(self._endpoint, identity_of(self._cold))
         self._register()
-        stale = previous - {block.key for block in self._manifest.blocks}
+        stale = previous - set(block_keys(self._manifest.blocks)) if previous else set()
         if stale:
             dropped = self._link.call(lambda cache: cache.invalidate(sorted(stale)))
             log.info("manifest refresh: %d blocks changed at the source; dropped %d cached copies", len(stale),
@@ -290,7 +293,7 @@ class TieredDataset(IterableDataset):
     def _cached_keys(self, source: ColdSource) -> set[str]:
         path = cache_path(source, manifest_settings(self.config), self.layout)
         try:
-            return {block.key for block in open_manifest(path).blocks}
+            return set(block_keys(open_manifest(path).blocks))
         except (OSError, ValueError, KeyError):
             return set()
 
@@ -400,18 +403,20 @@ class TieredDataset(IterableDataset):
         return self._segments[1] if self._segments[0] == epoch else ()
 
     def global_order(self, epoch: int) -> np.ndarray:
-        """int64 (samples per epoch,): the epoch's sample ids over all ranks, in order, before any split
-        (a mixture's ids are global: see :class:`tierload.data.mixture.Mixture`)."""
+        """(samples per epoch,): the epoch's sample ids over all ranks, in order, before any split:
+        int32 below 2**31 samples, else int64 (:func:`~tierload.data.order.compact_index_dtype`; a
+        mixture's are int64 global ids: see :class:`tierload.data.mixture.Mixture`)."""
         mixture = self._started_mixture()
         if mixture is not None:
             return mixture.epoch_order(self.seed, epoch)
-        return epoch_order(self.manifest.sample_block, seed=self.seed, epoch=epoch, shuffle=self._shuffle_mode(),
-                           window_blocks=self.window_blocks)
+        manifest = self.manifest
+        return epoch_order(manifest.sample_block, seed=self.seed, epoch=epoch, shuffle=self._shuffle_mode(),
+                           window_blocks=self.window_blocks, dtype=compact_index_dtype(manifest.num_samples))
 
     # ------------------------------------------------------------------ iteration
     def rank_order(self, epoch: int | None = None) -> np.ndarray:
-        """int64 sample indices this rank yields in ``epoch`` (default: the current one), in order
-        (with ``sampler=``, the sampler's sequence of that epoch)."""
+        """Sample indices this rank yields in ``epoch`` (default: the current one), in order (with
+        ``sampler=``, the sampler's sequence of that epoch): int32 or int64 as :meth:`global_order`."""
         if self._sampler_orders is not None:
             return self._sampler_orders.order(self.epoch if epoch is None else epoch, self.manifest.num_samples)
         rank, world = self._rank_world()
@@ -437,13 +442,10 @@ class TieredDataset(IterableDataset):
         """The block sequence the node cache prefetches for this rank's iteration (plus a look-ahead
         into the next epoch, which only informs eviction)."""
         manifest = self.manifest
-        # A sampler's next epoch is unknown until its set_epoch: no look-ahead then.
-        upcoming = self.rank_order(epoch + 1) if self._sampler_orders is None else np.empty(0, np.int64)
-        # One int32 array filled in place: a concatenation and a cast would each copy the plan
-        # again (tens of MB at a million samples, at the start-up's peak).
-        seq = np.empty(len(rest) + len(upcoming), np.int32)
-        seq[:len(rest)] = manifest.sample_block[rest]
-        seq[len(rest):] = manifest.sample_block[upcoming]
+        # A sampler's next epoch is unknown until its set_epoch: no look-ahead then. The next
+        # epoch's order lives only while its blocks are copied into the plan.
+        upcoming = self.rank_order(epoch + 1) if self._sampler_orders is None else np.empty(0, np.int32)
+        seq = block_sequence(manifest.sample_block, rest, upcoming)
         del upcoming
         return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest), seq=seq,
                           reuse_gap=self._reuse_gap(), start=start,
@@ -461,7 +463,7 @@ class TieredDataset(IterableDataset):
     def _direct_source(self) -> DirectSource:
         if self._sources is not None:  # reads the same way (read(key)), each block from its own source
             return cast(DirectSource, self._sources.direct_source(self.manifest))
-        return DirectSource(self.config, self._cold, {block.key: block for block in self.manifest.blocks})
+        return DirectSource(self.config, self._cold, BlocksByKey(self.manifest.blocks))
 
     def _stream_prefix(self, epoch: int, rank: int, world: int) -> str:
         return f"{self.manifest.dataset_id}/s{self.seed}/e{epoch}/r{rank}of{world}/{self._stream_owner}"

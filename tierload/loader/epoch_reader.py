@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from tierload.data.block_columns import block_key_at
 from tierload.data.layouts.registry import layout_spec
 from tierload.data.order import worker_positions
 from tierload.errors import ChannelLostError
@@ -168,7 +169,7 @@ class EpochReader:
                 block_id = int(sample_block[sample_id])
                 samples = decoded.get(block_id)
                 if samples is None:
-                    block_key = blocks[block_id].key
+                    block_key = block_key_at(blocks, block_id)  # no Block made from a mapped manifest
                     raw: Any = (context.output.read_direct(reader.hot_path(block_key), block_key, reader.secret)
                                 if kvikio else None)
                     if raw is None:

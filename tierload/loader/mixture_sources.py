@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tierload.config.models import LAYOUT_NAMES, TierloadConfig
+from tierload.data.block_columns import BlocksByKey
 from tierload.data.layouts.registry import layout_spec
 from tierload.data.manifest import Manifest, cache_path, load_manifest
 from tierload.data.mixture import Mixture
@@ -209,7 +210,7 @@ class MixtureSources:
 
     def direct_source(self, joined: Manifest) -> "MixtureDirectSource":
         """Reads without the node cache, each block from its own source."""
-        return MixtureDirectSource([DirectSource(self.config, cold, {block.key: block for block in part.blocks})
+        return MixtureDirectSource([DirectSource(self.config, cold, BlocksByKey(part.blocks))
                                     for cold, part in zip(self.colds, self.parts, strict=True)])
 
 

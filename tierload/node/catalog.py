@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tierload.data.block_columns import block_lengths
 from tierload.data.blocks import Block
 from tierload.data.cold_read import read_cold, read_cold_async
 from tierload.stores.cold.source import ColdSource
@@ -15,7 +16,7 @@ from tierload.stores.cold.source import ColdSource
 
 @dataclass
 class _Dataset:
-    blocks: list[Block]
+    blocks: Sequence[Block]
     source: ColdSource
     sizes: np.ndarray = field(init=False)
     # identity -> the cold source with that job's credentials (tierload.stores.cold.identity)
@@ -24,7 +25,7 @@ class _Dataset:
     readers: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.sizes = np.fromiter((block.length for block in self.blocks), dtype=np.int64, count=len(self.blocks))
+        self.sizes = np.array(block_lengths(self.blocks), dtype=np.int64)  # a copy: the mapping may close
 
 
 class BlockCatalog:
@@ -43,7 +44,7 @@ class BlockCatalog:
     def __contains__(self, dataset_id: str) -> bool:
         return dataset_id in self._datasets
 
-    def add(self, dataset_id: str, blocks: list[Block], source: ColdSource) -> None:
+    def add(self, dataset_id: str, blocks: Sequence[Block], source: ColdSource) -> None:
         """Register a dataset (a second registration of the same id changes nothing)."""
         if dataset_id in self._datasets:
             return

@@ -24,7 +24,7 @@ import secrets
 import threading
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from tierload.config.loading import as_config
 from tierload.config.models import TierloadConfig
@@ -210,7 +210,7 @@ class NodeCache(NodeCacheServiceAPI):
             known = dataset_id in self._catalog
             source = self._catalog.source_for(dataset_id, identity) if known else None
             probe = self._catalog.first_block(dataset_id) if known else None
-        blocks: list[Block] = []
+        blocks: Sequence[Block] = []
         if registration.manifest_path is not None:  # checked even when known: the caller learns the path is no good
             mapped = _mapped_blocks(registration.manifest_path, dataset_id, blocks=not known)
             if mapped is None:
@@ -523,7 +523,7 @@ class NodeCache(NodeCacheServiceAPI):
             self._accounting.tally(stream, {"integrity_failures": 1})
 
 
-def _mapped_blocks(path: str, dataset_id: str, blocks: bool = True) -> list[Block] | None:
+def _mapped_blocks(path: str, dataset_id: str, blocks: bool = True) -> Sequence[Block] | None:
     """The blocks of the manifest file at ``path`` if it holds ``dataset_id`` (an empty list when
     ``blocks`` is False: only whether it holds them), else None."""
     from tierload.data.manifest import open_manifest

@@ -7,6 +7,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tierload.config.models import TierloadConfig
+from tierload.data.block_columns import block_lengths
 from tierload.errors import ConfigError
 from tierload.simulator.trace import DatasetShape
 
@@ -33,7 +34,7 @@ def shape_from_listing(url: str, config: TierloadConfig, *, layout: str | None =
     from tierload.stores.cold.source import ColdSource
 
     manifest = load_manifest(ColdSource(url, config.cold), manifest_settings(config), layout, refresh=refresh)
-    sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)
+    sizes = np.array(block_lengths(manifest.blocks), dtype=np.int64)
     return DatasetShape(manifest.sample_block.astype(np.int64), sizes, manifest.url)
 
 

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tierload.data.block_columns import block_lengths
 from tierload.data.mixture import Mixture
 from tierload.data.order import SHUFFLE_MODES, epoch_order, rank_slice, resolve_shuffle, reuse_gap
 from tierload.data.runs import counted_runs
@@ -108,7 +109,7 @@ class DatasetShape:
             raise ConfigError(f"manifest file {str(file)!r} does not exist") from None
         except (ValueError, KeyError, ManifestError) as exc:
             raise ConfigError(f"{str(file)!r} is not a tierload manifest: {exc}") from None
-        sizes = np.array([block.length for block in manifest.blocks], dtype=np.int64)
+        sizes = np.array(block_lengths(manifest.blocks), dtype=np.int64)
         return cls(manifest.sample_block.astype(np.int64), sizes, manifest.url)
 
     @classmethod

@@ -22,7 +22,7 @@ both versions instead of a ``KeyError`` deep inside a thread.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence, TypeVar
 
 import numpy as np
 
@@ -127,7 +127,7 @@ class BlockTable(Message):
                                f"lengths={len(self.lengths)}")
 
     @classmethod
-    def of(cls, blocks: list[Block]) -> "BlockTable":
+    def of(cls, blocks: Sequence[Block]) -> "BlockTable":
         """The table of ``blocks`` (in their order)."""
         return cls(tuple(b.key for b in blocks), tuple(b.url for b in blocks), tuple(b.version for b in blocks),
                    np.fromiter((b.offset for b in blocks), np.int64, len(blocks)),

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tierload.data.block_columns import block_lengths
 from tierload.data.runs import counted_runs
 from tierload.frames.blockfile import HEADER_SIZE
 from tierload.simulator.belady import min_hit_flags
@@ -59,5 +60,5 @@ def dataset_min_hit_ratios(dataset: Any, epochs: int, capacity_bytes: int) -> li
     orders = [dataset.rank_order(epoch) for epoch in range(epochs + 1)]
     # The dataset's own run grouping: a mixture's stretches its sources' windows over the interleave.
     trace = access_trace(manifest.sample_block, orders, dataset._reuse_gap())
-    sizes = np.array([block.length + HEADER_SIZE for block in manifest.blocks], dtype=np.int64)
+    sizes = block_lengths(manifest.blocks) + HEADER_SIZE
     return min_hit_ratios(trace, sizes, capacity_bytes)

@@ -118,7 +118,7 @@ def run_demo(layout: str = "imagefolder", epochs: int = 3, num_workers: int = 2,
                 on_setup({"endpoint": s3.endpoint_url, "layout": layout, "train_samples": len(train),
                           "test_samples": len(test_y), "train_bytes": train_bytes,
                           "blocks": len(train.manifest.blocks),
-                          "block_bytes": sum(block.length for block in train.manifest.blocks),
+                          "block_bytes": train.manifest.total_bytes,
                           "hot_capacity_bytes": config.hot.capacity_bytes,
                           "warm_capacity_bytes": config.warm.capacity_bytes, "num_workers": num_workers})
             model = DigitsCNN()

@@ -251,7 +251,7 @@ def plan_arrow(source: ColdSource, objects: list[ObjectInfo], *, block_bytes: in
     return LayoutPlan.of_counts(blocks, counts, extra={"files": described, "block_file": block_file}, skipped=skipped)
 
 
-def check_columns(manifest: ManifestView, columns: list[str], label_column: str | None) -> list[Block]:
+def check_columns(manifest: ManifestView, columns: list[str], label_column: str | None) -> Sequence[Block]:
     """The manifest's blocks, unchanged, once ``columns`` are known to be in the files' schemas.
 
     Raises:

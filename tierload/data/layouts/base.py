@@ -70,7 +70,7 @@ class ManifestView(Protocol):
         ...
 
     @property
-    def blocks(self) -> list[Block]:
+    def blocks(self) -> Sequence[Block]:
         """Every block, in the manifest's order."""
         ...
 

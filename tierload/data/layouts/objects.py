@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from PIL import Image
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
@@ -40,6 +39,8 @@ def _skip(skipped: dict[str, str], urls: pa.Array, mask: np.ndarray, reason: str
 def _kept(prefix_url: str, objects: ObjectListing, extensions: tuple[str, ...] | None,
           skip_empty: bool) -> tuple[ObjectListing, dict[str, str]]:
     """The objects that are samples, and the skipped ones' URLs with the reason."""
+    import pyarrow.compute as pc  # here: a process that only decodes never loads it (~9 MB)
+
     keep = np.ones(len(objects), bool)
     skipped: dict[str, str] = {}
     if extensions is not None:
@@ -76,6 +77,8 @@ def _labels(prefix_url: str, urls: pa.Array) -> tuple[np.ndarray, list[str]]:
     The URLs are worked a window at a time: each step of the string work copies its input, and
     on the whole listing that is several hundred MB at a million keys.
     """
+    import pyarrow.compute as pc  # here: a process that only decodes never loads it (~9 MB)
+
     codes: list[np.ndarray] = []
     dictionaries: list[list[str]] = []
     for lo in range(0, len(urls), _LABEL_WINDOW):
@@ -206,7 +209,7 @@ class PackSamples(Sequence[tuple[Any, int]]):
     Args:
         data: The block's raw bytes (or a uint8 tensor).
         first: Sample id of the block's first member.
-        starts, ends: int64 (members,): byte range of each member inside the block.
+        starts, ends: int32 or int64 (members,): byte range of each member inside the block.
         labels: int64 (num_samples,): the manifest's labels.
         decode: ``decode(slice) -> sample``.
     """

@@ -9,7 +9,7 @@ called: reading this registry stays cheap (the config module imports it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from tierload.config.models import LAYOUT_NAMES
 from tierload.data.layouts.base import BlockDecoder, LayoutPlan, ManifestView
@@ -26,7 +26,7 @@ Planner = Callable[["ColdSource", "ObjectListing", "ManifestConfig"], LayoutPlan
 # (manifest, label column, columns) -> decoder
 DecoderFactory = Callable[[ManifestView, "str | None", "list[str] | None"], BlockDecoder]
 # (manifest, columns, label column) -> the manifest's blocks holding only those columns
-Projector = Callable[[ManifestView, "list[str]", "str | None"], "list[Block]"]
+Projector = Callable[[ManifestView, "list[str]", "str | None"], "Sequence[Block]"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def _plan_arrow(source: ColdSource, objects: ObjectListing, config: ManifestConf
     return plan_arrow(source, list(objects), block_bytes=config.block_bytes)
 
 
-def _arrow_columns(manifest: ManifestView, columns: list[str], label_column: str | None) -> list[Block]:
+def _arrow_columns(manifest: ManifestView, columns: list[str], label_column: str | None) -> Sequence[Block]:
     from tierload.data.layouts.arrow import check_columns
 
     return check_columns(manifest, columns, label_column)
@@ -145,7 +145,7 @@ def _parquet_decoder(manifest: ManifestView, label_column: str | None, columns: 
     return ParquetDecoder(manifest.extra, ranges, label_column, columns)
 
 
-def _parquet_projection(manifest: ManifestView, columns: list[str], label_column: str | None) -> list[Block]:
+def _parquet_projection(manifest: ManifestView, columns: list[str], label_column: str | None) -> Sequence[Block]:
     from tierload.data.layouts.parquet import project_blocks
 
     return project_blocks(manifest, columns, label_column)

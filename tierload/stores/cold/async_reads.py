@@ -29,15 +29,23 @@ from tierload.stores.cold.errors import error_code, exception_chain, translate_e
 from tierload.stores.cold.open_files import process_in_flight
 from tierload.stores.cold.request_rate import request_rate_for
 from tierload.stores.cold.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
-from tierload.stores.cold.s3fast import s3_lean
 from tierload.stores.cold.s3fast.http_pool import ConnectionPool, shared_pool
 
 if TYPE_CHECKING:
+    from tierload.stores.cold.s3fast import s3_lean
     from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
 
 RangeRequest = tuple[str, str, int, int]
+
+
+def _lean() -> Any:
+    """:mod:`~tierload.stores.cold.s3fast.s3_lean`, imported at the first S3 read: it loads botocore's
+    signer (~8 MB), which a process that maps a manifest and reads through its node cache never needs."""
+    from tierload.stores.cold.s3fast import s3_lean
+
+    return s3_lean
 """``(url, version, offset, length)``: ``length`` bytes at ``offset`` of the object at ``url``."""
 
 # One limit per (process, event loop, size): created on the loop that uses it, never inherited
@@ -247,6 +255,7 @@ class S3RangeReader:
         fs, config = self._source.fs, self._source.config
         route = await self._route(fs, bucket) if config.lean_gets else None
         if route is not None:
+            s3_lean = _lean()
             try:
                 pool = self._pool
                 if pool is None:
@@ -272,7 +281,7 @@ class S3RangeReader:
         # credential refresh replaces the filesystem, so its requests find the new client's.
         cached = self._routes.get(bucket)
         if cached is None or cached[0] is not fs:
-            cached = self._routes[bucket] = (fs, asyncio.ensure_future(s3_lean.route_for(fs, bucket)))
+            cached = self._routes[bucket] = (fs, asyncio.ensure_future(_lean().route_for(fs, bucket)))
         lookup = cached[1]
         if lookup.done() and lookup.exception() is None:
             return lookup.result()
@@ -296,4 +305,4 @@ class S3RangeReader:
             data = await asyncio.wait_for(body.read(), timeout=self._source.config.read_timeout_s)
         finally:
             body.close()
-        return data, s3_lean.object_size(response.get("ContentRange")) if "ContentRange" in response else len(data)
+        return data, _lean().object_size(response.get("ContentRange")) if "ContentRange" in response else len(data)

@@ -25,7 +25,6 @@ from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.process_memory import map_large_allocations, release_freed_memory
@@ -34,6 +33,14 @@ from tierload.stores.cold.request_rate import RequestRate
 from tierload.stores.local import TIER_MARKER
 
 log = logging.getLogger(__name__)
+
+
+def _pc() -> Any:
+    """``pyarrow.compute``, imported when a listing is made: a process that only maps a manifest
+    never loads it (~9 MB)."""
+    import pyarrow.compute as pc
+
+    return pc
 
 __all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "list_local", "list_s3",
            "release_freed_memory", "map_large_allocations"]
@@ -86,6 +93,7 @@ class _Page:
         self.first = str(urls[0].as_py()) if len(urls) else ""
         self.last = str(urls[-1].as_py()) if len(urls) else ""
         # strictly increasing URLs: this page needs no sort
+        pc = _pc()
         self.in_order = len(urls) < 2 or bool(pc.all(pc.less(urls.slice(0, len(urls) - 1), urls.slice(1))).as_py())
 
 
@@ -138,7 +146,7 @@ class ObjectListing(Sequence[ObjectInfo]):
         urls = _concat_strings(_take_column(kept, "urls"))
         listing = cls(urls, sizes, versions)
         if not in_order:
-            listing = listing.take(to_numpy(pc.sort_indices(listing.urls)))  # UTF-8 = sorted()
+            listing = listing.take(to_numpy(_pc().sort_indices(listing.urls)))  # UTF-8 = sorted()
         release_freed_memory()  # the pages' columns
         return listing
 
@@ -155,7 +163,7 @@ class ObjectListing(Sequence[ObjectInfo]):
         order = spill.sorted_pages()
         listing = cls(*spill.columns(order))
         if order is None:
-            listing = listing.take(to_numpy(pc.sort_indices(listing.urls)))  # UTF-8 = sorted()
+            listing = listing.take(to_numpy(_pc().sort_indices(listing.urls)))  # UTF-8 = sorted()
         release_freed_memory()
         return listing
 
@@ -192,11 +200,11 @@ class ObjectListing(Sequence[ObjectInfo]):
 def _filtered(page: _Page, exclude: Sequence[str]) -> _Page:
     """``page`` without directory markers, tierload's own files and excluded base names (a page at
     a time: small temporaries)."""
-    names = pc.replace_substring_regex(page.urls, pattern=r"^.*/", replacement="")
-    drop = to_numpy(pc.utf8_length(names)) == 0  # a directory marker ("a/") or an empty name
-    drop |= to_numpy(pc.match_substring_regex(names, _OWN_FILES))
+    names = _pc().replace_substring_regex(page.urls, pattern=r"^.*/", replacement="")
+    drop = to_numpy(_pc().utf8_length(names)) == 0  # a directory marker ("a/") or an empty name
+    drop |= to_numpy(_pc().match_substring_regex(names, _OWN_FILES))
     if exclude:
-        drop |= to_numpy(pc.is_in(names, value_set=large_strings(list(exclude))))
+        drop |= to_numpy(_pc().is_in(names, value_set=large_strings(list(exclude))))
     if not drop.any():
         return page
     keep = from_numpy(~drop)

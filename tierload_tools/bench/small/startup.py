@@ -206,6 +206,7 @@ class ManifestWalk(IterableDataset):
 
         The arrays are freed on return, as an ``EpochReader``'s are when its epoch ends.
         """
+        from tierload.data.block_columns import block_key_at
         from tierload.data.order import worker_positions
 
         manifest = self.dataset.manifest
@@ -217,8 +218,8 @@ class ManifestWalk(IterableDataset):
         touched = 0
         for position in positions:
             sample = int(order[int(position)])
-            block = blocks[int(sample_block[sample])]
-            touched += len(block.key) > 0 and int(sample_index[sample]) >= 0 and int(labels[sample]) >= -1
+            key = block_key_at(blocks, int(sample_block[sample]))
+            touched += len(key) > 0 and int(sample_index[sample]) >= 0 and int(labels[sample]) >= -1
         return int(touched), process.memory_full_info().uss / 1e6
 
 

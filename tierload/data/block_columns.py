@@ -1,0 +1,208 @@
+"""A mapped manifest's blocks as columns: a :class:`~tierload.data.blocks.Block` is made only when asked for.
+
+:func:`tierload.data.manifest.open_manifest` hands the training process (and the node cache) a
+:class:`BlockColumns` instead of a list of ``Block`` objects: keys, URLs and versions stay Arrow
+string arrays over the mapped file, offsets and lengths numpy views of it, and a pack's members
+rows of the one member listing. At 1.28 M blocks a list cost ~300 bytes of Python objects per
+block and 6.8 CPU-s to build; the columns cost nothing until a page is read, and forked
+DataLoader workers share those pages.
+
+Code that needs a column over every block (sizes, keys, the dataset digest) asks for it through
+the functions below, which take any ``Sequence[Block]`` (a planner's list or these columns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import overload
+
+import numpy as np
+import pyarrow as pa
+
+from tierload.data.blocks import Block
+from tierload.data.packs import ListedMembers, PackMembers
+
+# Blocks made at once when iterating (bounds the transient Python strings of one window).
+_ITER_WINDOW = 4096
+
+
+class BlockColumns(Sequence[Block]):
+    """Every block of a manifest, as columns in block-index order (no Python object per block).
+
+    Args:
+        keys, urls, versions: Arrow large_string arrays (blocks,): each block's tier key, source
+            URL and source version (see :class:`~tierload.data.blocks.Block`).
+        offsets, lengths: int64 arrays (blocks,): each block's byte range in its object (bytes).
+        pack_block: int64 array (packs,), increasing: the block index of each pack.
+        pack_first: int64 array (packs + 1,): pack ``p``'s members are ``member_ids[pack_first[p]:
+            pack_first[p + 1]]``.
+        member_ids: int32 or int64 array (members,): rows of ``listing``, in pack order.
+        listing: The member listing the packs' members are rows of.
+
+    Indexing with an int makes one ``Block`` (its ``members`` a :class:`ListedMembers` view);
+    a slice makes a list. Nothing is cached: a caller that needs a block often keeps it.
+
+    Raises:
+        ValueError: The columns differ in length (at construction).
+    """
+
+    def __init__(self, keys: pa.Array, urls: pa.Array, versions: pa.Array, offsets: np.ndarray,
+                 lengths: np.ndarray, pack_block: np.ndarray, pack_first: np.ndarray, member_ids: np.ndarray,
+                 listing: PackMembers) -> None:
+        if not len(keys) == len(urls) == len(versions) == len(offsets) == len(lengths):
+            raise ValueError(f"block columns differ in length: keys={len(keys)}, urls={len(urls)}, "
+                             f"versions={len(versions)}, offsets={len(offsets)}, lengths={len(lengths)}")
+        if len(pack_first) != len(pack_block) + 1:
+            raise ValueError(f"pack_first has {len(pack_first)} entries; {len(pack_block) + 1} expected "
+                             "(one per pack, and the end)")
+        self.keys, self.urls, self.versions = keys, urls, versions
+        self.offsets, self.lengths = offsets, lengths
+        self.pack_block, self.pack_first, self.member_ids, self.listing = pack_block, pack_first, member_ids, listing
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @overload
+    def __getitem__(self, index: int) -> Block: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Block]: ...
+
+    def __getitem__(self, index: int | slice) -> Block | list[Block]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self)
+        at = int(index)
+        if at < 0:
+            at += count
+        if not 0 <= at < count:
+            raise IndexError(f"block index {index} outside 0..{count - 1}")
+        return Block(str(self.keys[at].as_py()), str(self.urls[at].as_py()), str(self.versions[at].as_py()),
+                     int(self.offsets[at]), int(self.lengths[at]), self.members(at))
+
+    def __iter__(self) -> Iterator[Block]:
+        # A window of rows converted at once: as fast as a list's iteration, without holding one.
+        for lo in range(0, len(self), _ITER_WINDOW):
+            hi = min(lo + _ITER_WINDOW, len(self))
+            rows = zip(self.keys.slice(lo, hi - lo).to_pylist(), self.urls.slice(lo, hi - lo).to_pylist(),
+                       self.versions.slice(lo, hi - lo).to_pylist(), self.offsets[lo:hi].tolist(),
+                       self.lengths[lo:hi].tolist(), strict=True)
+            for at, (key, url, version, offset, length) in enumerate(rows, lo):
+                yield Block(key, url, version, offset, length, self.members(at))
+
+    def __eq__(self, other: object) -> bool:
+        # Equal to any sequence of the same blocks (a planner's list of them, or another mapping).
+        if not isinstance(other, (BlockColumns, list, tuple)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a list
+
+    def key(self, index: int) -> str:
+        """The tier key of block ``index`` (no ``Block`` made)."""
+        return str(self.keys[int(index)].as_py())
+
+    def members(self, index: int) -> PackMembers | None:
+        """Block ``index``'s pack members (a view of the listing's rows), or None for a plain block."""
+        pack = int(np.searchsorted(self.pack_block, index))
+        if pack == len(self.pack_block) or int(self.pack_block[pack]) != index:
+            return None
+        lo, hi = int(self.pack_first[pack]), int(self.pack_first[pack + 1])
+        return ListedMembers(self.listing, self.member_ids[lo:hi])
+
+    def member_counts(self) -> np.ndarray:
+        """int64 (blocks,): members per block (1 for a plain block)."""
+        counts = np.ones(len(self), np.int64)
+        counts[self.pack_block] = np.diff(self.pack_first)
+        return counts
+
+    def member_sizes(self) -> np.ndarray:
+        """(sum of :meth:`member_counts`,): every member's size in bytes, block after block (a
+        plain block is one member of its own length): int32 when every block is below 2 GiB (a
+        member is never larger than its block), else int64."""
+        counts = self.member_counts()
+        first = np.zeros(len(self) + 1, np.int64)
+        np.cumsum(counts, out=first[1:])
+        narrow = not len(self) or int(self.lengths.max()) <= np.iinfo(np.int32).max
+        sizes = np.empty(int(first[-1]), np.int32 if narrow else np.int64)
+        plain = np.ones(len(self), bool)
+        plain[self.pack_block] = False
+        sizes[first[:-1][plain]] = self.lengths[plain]
+        if len(self.member_ids):
+            # member j of pack p lands at first[pack_block[p]] + (j - pack_first[p])
+            shift = np.repeat(first[self.pack_block] - self.pack_first[:-1], np.diff(self.pack_first))
+            sizes[shift + np.arange(len(self.member_ids), dtype=np.int64)] = self.listing.sizes[self.member_ids]
+        return sizes
+
+
+def block_lengths(blocks: Sequence[Block]) -> np.ndarray:
+    """int64 (blocks,): each block's length in bytes (a view for :class:`BlockColumns`)."""
+    if isinstance(blocks, BlockColumns):
+        return blocks.lengths
+    return np.fromiter((block.length for block in blocks), np.int64, len(blocks))
+
+
+def block_key_at(blocks: Sequence[Block], index: int) -> str:
+    """The tier key of ``blocks[index]``, without making a ``Block`` when they are columns."""
+    if isinstance(blocks, BlockColumns):
+        return blocks.key(index)
+    return blocks[index].key
+
+
+def block_keys(blocks: Sequence[Block]) -> list[str]:
+    """Every block's tier key, in order (Python strings: for the few callers that need a set)."""
+    if isinstance(blocks, BlockColumns):
+        return blocks.keys.to_pylist()
+    return [block.key for block in blocks]
+
+
+def pack_count(blocks: Sequence[Block]) -> int:
+    """How many of ``blocks`` are packs."""
+    if isinstance(blocks, BlockColumns):
+        return len(blocks.pack_block)
+    return sum(1 for block in blocks if block.members is not None)
+
+
+def digest_keys(digest, blocks: Sequence[Block]) -> None:  # noqa: ANN001 - any hashlib-like object
+    """Feed every block's key to ``digest`` (``update`` per key, or the key column's bytes at once:
+    the same digest, as a streaming hash of the concatenation)."""
+    if isinstance(blocks, BlockColumns):
+        keys = blocks.keys
+        if len(keys):
+            offsets = np.frombuffer(keys.buffers()[1], np.int64)[keys.offset:keys.offset + len(keys) + 1]
+            data = keys.buffers()[2]
+            digest.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+        return
+    for block in blocks:
+        digest.update(block.key.encode())
+
+
+class BlocksByKey(Mapping[str, Block]):
+    """``blocks`` by tier key, for reads that name a block by key (a direct read while no node cache
+    answers). The key index is built at the first lookup, not when the mapping is made: most runs
+    never look one up.
+
+    Args:
+        blocks: A manifest's blocks (a list or :class:`BlockColumns`).
+    """
+
+    def __init__(self, blocks: Sequence[Block]) -> None:
+        self.blocks = blocks
+        self._index: dict[str, int] | None = None
+
+    def _positions(self) -> dict[str, int]:
+        if self._index is None:
+            self._index = {key: at for at, key in enumerate(block_keys(self.blocks))}
+        return self._index
+
+    def __getitem__(self, key: str) -> Block:
+        return self.blocks[self._positions()[key]]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._positions()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._positions())
+
+    def __len__(self) -> int:
+        return len(self.blocks)
