@@ -19,6 +19,8 @@ from torch.utils.data import DataLoader
 
 
 def main() -> None:
+    import ray
+
     from tierload.deploy.runtime import stop_actors
     from tierload.loader.dataset import TieredDataset
     from tierload_tools.bench import probe
@@ -29,13 +31,12 @@ def main() -> None:
     from tierload_tools.bench.small.measure import collate_bytes
     from tierload_tools.s3local import CREDENTIALS, LocalS3
 
-    import ray
-
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     workers = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     directory = stored_bucket(count, 4096, 20, "small", None, 0)
     keys = StoredBucket(directory).keys
-    with LocalS3() as s3, EmulatedS3(s3.endpoint_url, LinkSettings(20.0, 0, 0), {"small-bench": f"stored:{directory}"}) as em, \
+    buckets = {"small-bench": f"stored:{directory}"}
+    with LocalS3() as s3, EmulatedS3(s3.endpoint_url, LinkSettings(20.0, 0, 0), buckets) as em, \
             tempfile.TemporaryDirectory() as work:
         ceiling = probe.measure_unsigned(em.endpoint_url, "small-bench", keys, 256, seconds=600.0)
         storage = {**CREDENTIALS, "client_kwargs": {"endpoint_url": em.endpoint_url, "region_name": "us-east-1"}}
