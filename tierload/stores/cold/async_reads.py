@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
-# Connections being opened ahead by prepare(), held until they are open.
-_OPENING: set[asyncio.Future] = set()
 
 RangeRequest = tuple[str, str, int, int]
 """``(url, version, offset, length)``: ``length`` bytes at ``offset`` of the object at ``url``."""
@@ -262,18 +260,9 @@ class S3RangeReader:
         return await self._get_object_aiobotocore(bucket, key, if_match, start, end)
 
     async def prepare(self, fs: Any, bucket: str) -> None:
-        """Make ``fs``'s client and ``bucket``'s lean route (when GETs take the lean path), and start opening the
-        pool's connections to it in the background (:meth:`ConnectionPool.open_ahead`); no request is sent."""
-        config = self._source.config
-        if config.lean_gets:
-            route = await self._route(fs, bucket)
-            if route is not None:  # connections opened in the background: nothing waits for them
-                if self._pool is None:
-                    self._pool = shared_pool(process_in_flight(config.max_in_flight))
-                opening = asyncio.ensure_future(
-                    self._pool.open_ahead(route.origin, self._pool.limit, route.connect_timeout_s))
-                _OPENING.add(opening)  # the loop keeps only a weak reference to a task
-                opening.add_done_callback(_OPENING.discard)
+        """Make ``fs``'s client and ``bucket``'s lean route (when GETs take the lean path); no request is sent."""
+        if self._source.config.lean_gets:
+            await self._route(fs, bucket)
         else:
             await fs.set_session()
 

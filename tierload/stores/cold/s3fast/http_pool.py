@@ -17,7 +17,6 @@ timeout since the last bytes arrived (aiohttp's ``sock_read``), instead of a tim
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import ssl
 import time
@@ -27,8 +26,6 @@ from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
-
-log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 1.0
 
@@ -219,31 +216,6 @@ class ConnectionPool:
             connection.close()
             self._forget(origin)
         return response
-
-    async def open_ahead(self, origin: Origin, count: int, connect_timeout_s: float | None = None) -> int:
-        """Open up to ``count`` connections to ``origin`` now, concurrently, and keep them idle for
-        the GETs to come (never past ``limit``; no request is sent). Set-up of hundreds of
-        connections is a third of the engine's first pack read on the small-s3 bench (issue 25:
-        py-spy, ``ConnectionPool._connect``), paid inside epoch 1 otherwise.
-
-        Returns:
-            How many opened; a connection that fails is left to the GET that needs it (it meets
-            the same failure and raises it).
-        """
-        wanted = max(0, min(count, self.limit - self._open.get(origin, 0)))
-        self._open[origin] = self._open.get(origin, 0) + wanted
-
-        async def one() -> bool:
-            try:
-                connection = await self._connect(origin, connect_timeout_s)
-            except (OSError, ConnectTimeoutError) as exc:
-                log.debug("connection to %s:%s not opened ahead: %s", origin.host, origin.port, exc)
-                self._forget(origin)
-                return False
-            self._release(origin, connection)
-            return True
-
-        return sum(await asyncio.gather(*(one() for _ in range(wanted))))
 
     def close(self) -> None:
         """Close every connection (requests in flight fail)."""
