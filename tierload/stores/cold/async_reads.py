@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RangeRequest = tuple[str, str, int, int]
+"""``(url, version, offset, length)``: ``length`` bytes at ``offset`` of the object at ``url``."""
 
 
 def _lean() -> Any:
@@ -46,7 +47,7 @@ def _lean() -> Any:
     from tierload.stores.cold.s3fast import s3_lean
 
     return s3_lean
-"""``(url, version, offset, length)``: ``length`` bytes at ``offset`` of the object at ``url``."""
+
 
 # One limit per (process, event loop, size): created on the loop that uses it, never inherited
 # through fork (a child has another pid, and fsspec gives it another loop).
