@@ -42,7 +42,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+from paging_proxy import HOP_BY_HOP, send_answer
+
 _PRECONDITION_FAILED = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>PreconditionFailed</Code>"
                         b"<Message>At least one of the pre-conditions you specified did not hold.</Message></Error>")
 
@@ -111,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         upstream = http.client.HTTPConnection(self.server.upstream_host, self.server.upstream_port, timeout=30)
         try:
-            headers = {name: value for name, value in self.headers.items() if name.lower() not in _HOP_BY_HOP}
+            headers = {name: value for name, value in self.headers.items() if name.lower() not in HOP_BY_HOP}
             if body:
                 headers["Content-Length"] = str(len(body))
             upstream.request(self.command, self.path, body=body or None, headers=headers)
@@ -128,14 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
         if status == HTTPStatus.PRECONDITION_FAILED:
             answer_headers = [("Content-Type", "application/xml; charset=UTF-8")]
             payload = _PRECONDITION_FAILED
-        self.send_response(status)
-        for name, value in answer_headers:
-            if name.lower() not in _HOP_BY_HOP:
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
+        send_answer(self, status, answer_headers, payload)
 
     def _checked(self, status: int, answered: dict[str, str]) -> int:
         """The status real GCS would answer: 412 where a precondition does not hold for the

@@ -24,7 +24,20 @@ import xml.etree.ElementTree as ET
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+def send_answer(handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
+    """Answer the client with ``status``, the upstream's end-to-end ``headers`` and ``payload``
+    (its own length; no body to a HEAD)."""
+    handler.send_response(status)
+    for name, value in headers:
+        if name.lower() not in HOP_BY_HOP:
+            handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(payload)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -37,7 +50,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _forward(self, method: str, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         upstream = http.client.HTTPConnection(self.server.upstream_host, self.server.upstream_port, timeout=30)
         try:
-            headers = {name: value for name, value in self.headers.items() if name.lower() not in _HOP_BY_HOP}
+            headers = {name: value for name, value in self.headers.items() if name.lower() not in HOP_BY_HOP}
             if body:
                 headers["Content-Length"] = str(len(body))
             upstream.request(method, path, body=body or None, headers=headers)
@@ -65,14 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
         status, headers, payload = self._forward(self.command, path, body)
         if paged is not None and status == 200:
             payload = _gcs_page(payload, paged, self.server.page_keys)
-        self.send_response(status)
-        for name, value in headers:
-            if name.lower() not in _HOP_BY_HOP:
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
+        send_answer(self, status, headers, payload)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
