@@ -88,6 +88,7 @@ class Faults:
     gets: Counter = field(default_factory=Counter)
     get_bytes: Counter = field(default_factory=Counter)         # body bytes of the GETs answered, per object key
     clients: Counter = field(default_factory=Counter)            # GETs per (user agent's first word, signed?)
+    request_payers: list[str] = field(default_factory=list)     # each GET's x-amz-request-payer, where sent
     open_gets: int = 0                                           # GETs being answered now
     max_open_gets: int = 0                                       # the most GETs ever answered at once
 
@@ -164,6 +165,8 @@ class FaultyS3:
             auth = request.headers.get("Authorization", "")
             agent = request.headers.get("User-Agent", "").split(" ")[0].split("/")[0]
             self.faults.clients[agent, bool(auth)] += 1
+            if "x-amz-request-payer" in request.headers:
+                self.faults.request_payers.append(request.headers["x-amz-request-payer"])
             if self.faults.verify_secret and auth and not self._signature_matches(request, auth):
                 self.faults.bad_signatures += 1
                 body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SignatureDoesNotMatch</Code></Error>'

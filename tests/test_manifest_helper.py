@@ -222,20 +222,20 @@ def test_the_helper_plans_a_file_listing_without_importing_torch(tmp_path):
     assert not seen.exists()  # neither torch nor Ray was asked for
 
 
-def test_obstore_loaded_refuses_the_fork_only_for_a_source_read_through_it(s3, bucket, tmp_path):
-    """A process that has read through obstore (GCS, Azure, HTTP, or S3 with ``s3_engine:
-    obstore``) still forks the helper for an S3 source read by s3fs and the fast path: the child
-    never touches obstore's runtime. A source read through obstore is built in this process."""
-    import obstore  # noqa: F401 - loaded, as after any GCS, Azure or HTTP read in this process
+def test_a_process_that_used_obstore_forks_the_helper_only_for_a_source_with_another_client(s3, bucket, tmp_path):
+    """A process that has made obstore clients (it read S3, GCS, Azure or HTTP through obstore)
+    still forks the helper for an S3 source: the child lists with s3fs and would read through
+    aiobotocore. A source only obstore reads (here HTTP) is built in this process instead."""
+    from tierload.stores.cold.obstore_stores import client_for, made_clients_here
 
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", OBJECTS, size=100)
     source = _source(f"s3://{name}/ds", s3.storage_options)
-    assert fork_refused(source) is None
+    client_for(source, "s3", name)  # as the first S3 read through obstore does
+    assert made_clients_here() and fork_refused(source) is None
     answer = run_helper(ManifestJob(source, _settings(tmp_path), "files"))
     assert answer.pid != os.getpid() and answer.error is None
-    through_obstore = ColdSource(f"s3://{name}/ds", ColdConfig(storage_options=s3.storage_options,
-                                                               s3_engine="obstore"))
-    assert f"s3://{name}/ds" in (fork_refused(through_obstore) or "")
+    over_http = ColdSource("http://127.0.0.1:9/ds", ColdConfig())
+    assert "http://127.0.0.1:9/ds" in (fork_refused(over_http) or "")
     with pytest.raises(ManifestError, match="cannot be forked"):
-        run_helper(ManifestJob(through_obstore, _settings(tmp_path / "other"), "files"))
+        run_helper(ManifestJob(over_http, _settings(tmp_path / "other"), "files"))

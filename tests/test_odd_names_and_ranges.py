@@ -59,12 +59,12 @@ def test_a_prefix_of_only_unreadable_names_says_so(tmp_path):
         build_manifest(source, ManifestConfig(pack_target_bytes=0), layout="files")
 
 
-@pytest.fixture(params=[True, False], ids=["lean", "aiobotocore"])
+@pytest.fixture(params=["obstore", "aiobotocore"])
 def s3_objects(request, s3, bucket, faulty_s3):
     name, fs = bucket
     fs.pipe({f"{name}/ds/full.bin": bytes(range(100)), f"{name}/ds/empty.bin": b""})
     fs.invalidate_cache()
-    source = source_for(f"s3://{name}/ds", proxied(s3, faulty_s3), lean_gets=request.param)
+    source = source_for(f"s3://{name}/ds", proxied(s3, faulty_s3), s3_engine=request.param)
     objects = {obj.url.rsplit("/", 1)[-1]: obj for obj in source.list_objects()}
     return source, objects, faulty_s3, fs, name
 

@@ -29,12 +29,12 @@ def _one_object(s3, bucket, proxy, **cold):
     return source, obj, obj.url.removeprefix(f"s3://{name}/"), payloads[obj.url.removeprefix("s3://")]
 
 
-@pytest.mark.parametrize("lean_gets", [True, False], ids=["lean", "aiobotocore"])
+@pytest.mark.parametrize("s3_engine", ["obstore", "aiobotocore"])
 @pytest.mark.parametrize("max_attempts", [1, 2, 3])
-def test_b32_an_always_throttled_object_costs_max_attempts_gets(s3, bucket, max_attempts, lean_gets):
+def test_b32_an_always_throttled_object_costs_max_attempts_gets(s3, bucket, max_attempts, s3_engine):
     """B32: SlowDown on every GET -> exactly max_attempts GETs at the proxy, then a transient error."""
     with FaultyS3(s3.endpoint_url) as proxy:
-        source, obj, key, _ = _one_object(s3, bucket, proxy, max_attempts=max_attempts, lean_gets=lean_gets)
+        source, obj, key, _ = _one_object(s3, bucket, proxy, max_attempts=max_attempts, s3_engine=s3_engine)
         proxy.faults.slow_down_always.add(key)
         tally: dict = {}
         with pytest.raises(TransientBackendError, match=f"cold.max_attempts={max_attempts}"):
@@ -42,12 +42,12 @@ def test_b32_an_always_throttled_object_costs_max_attempts_gets(s3, bucket, max_
         assert proxy.faults.gets[key] == max_attempts == tally["cold_gets"]
 
 
-@pytest.mark.parametrize("lean_gets", [True, False], ids=["lean", "aiobotocore"])
-def test_a_get_that_never_answers_costs_max_attempts_gets(s3, bucket, lean_gets):
+@pytest.mark.parametrize("s3_engine", ["obstore", "aiobotocore"])
+def test_a_get_that_never_answers_costs_max_attempts_gets(s3, bucket, s3_engine):
     """Case F03: a GET that never answers costs exactly cold.max_attempts requests at the proxy"""
     with FaultyS3(s3.endpoint_url) as proxy:
         source, obj, key, _ = _one_object(s3, bucket, proxy, max_attempts=3, read_timeout_s=0.5,
-                                          lean_gets=lean_gets)
+                                          s3_engine=s3_engine)
         proxy.faults.never_answer.add(key)
         with pytest.raises(TransientBackendError, match="cold.max_attempts=3"):
             source.read(obj.url, obj.version, 0, obj.size)

@@ -77,12 +77,10 @@ class ColdConfig(_Frozen):
     # Requests per second to one store (bucket or host) from one process, every job's and retry
     # included: the node cache sends all of a node's (tierload.stores.cold.request_rate). None: no limit.
     max_requests_per_s: float | None = Field(default=None, gt=0)
-    # S3 range GETs signed as botocore signs them and sent on one shared pool of kept-alive
-    # connections (a small fraction of aiobotocore's CPU per request); False: every GET through aiobotocore.
-    lean_gets: bool = True
-    # The engine of S3 range GETs: "fast" (the hand-written client above) or "obstore" (the Rust
-    # object_store client, tierload.stores.cold.obstore_reads); docs/cold-engines.md has the measurement.
-    s3_engine: Literal["fast", "obstore"] = "fast"
+    # The engine of S3 range GETs: "obstore" (the Rust object_store client, requests outside the
+    # GIL: tierload.stores.cold.obstore_reads) or "aiobotocore" (s3fs's client, which also takes
+    # the options obstore does not carry); docs/cold-engines.md has the measurement.
+    s3_engine: Literal["obstore", "aiobotocore"] = "obstore"
     credential_provider: str | None = None
 
     _parse_sizes = field_validator("max_request_bytes", mode="before")(_bytes_field)

@@ -16,7 +16,7 @@ already imported, in milliseconds. A fresh interpreter (``python -m``, the first
 * The child touches nothing of the caller's threads: where Ray is initialised in the caller
   (a Ray Train worker, a test session) its core worker's threads and sockets are inherited but
   never used, as by the DataLoader workers torch forks from the same process. A platform
-  without ``os.fork``, or a process that has loaded obstore when the source is read through it
+  without ``os.fork``, or a process that has used obstore when the source is read only through it
   (its Rust runtime's threads a child would lack), builds the manifest in the caller; the reason
   is logged at debug (:func:`fork_refused`).
 * Nothing of the caller's clients: the job crosses as pickled bytes even though the child could
@@ -63,6 +63,7 @@ from tierload.data.manifest import (
 )
 from tierload.errors import ManifestError, TierloadError
 from tierload.process_memory import release_freed_memory
+from tierload.stores.cold.obstore_stores import made_clients_here
 from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
@@ -153,11 +154,11 @@ def fork_refused(source: ColdSource) -> str | None:
     """Why this process must not fork a helper that lists and plans ``source`` (None: it may)."""
     if not hasattr(os, "fork"):
         return "this platform has no os.fork"
-    if "obstore" in sys.modules and source.backend.reads_through_obstore(source):
+    if made_clients_here() and source.backend.needs_obstore(source):
         # Its Rust runtime's threads are not in a forked child: a child's listing through it (GCS,
         # Azure, HTTP) waited forever (tests/test_stores.py, once this process had read through it).
-        # A child that lists and reads with s3fs or files never touches that runtime.
-        return (f"{source.url} is read through obstore, loaded in this process (its runtime's threads "
+        # A child that lists S3 with s3fs (and reads it, if at all, with aiobotocore) never touches it.
+        return (f"{source.url} is read through obstore, which this process has used (its runtime's threads "
                 "do not survive a fork)")
     return None
 

@@ -113,7 +113,7 @@ def _run_mixture(quick: bool, out_dir: str, given: dict) -> None:
               help="Directory for bench.json, bench.png, bench.txt and the contenders' logs.")
 @click.option("--contenders", help=f"Comma-separated subset of: {', '.join(CONTENDERS)} (default: all; "
               "--quick: s3fs,simplecache,s3torch,raydata,tierload,ram). Small workloads: tierload always, and "
-              "those of s3torch, raydata, tierload-obstore named (default: s3torch, raydata).")
+              "those of s3torch, raydata, tierload-aiobotocore named (default: s3torch, raydata).")
 @click.option("--repeats", type=click.IntRange(1, 20), help="Runs per contender; figures are medians "
               "[default: 3; --quick: 1].")
 @click.option("--samples", type=click.IntRange(1), help="Images in the dataset [4000].")
@@ -161,11 +161,11 @@ def bench(quick: bool, out_dir: str, contenders: str | None, repeats: int | None
                  "memory_keys": memory_keys, "profile": profile or None, "page_cache": page_cache}
         if contenders:  # tierload always runs; the others named here are the peers that run with it
             names = {n.strip() for n in contenders.split(",") if n.strip()}
-            unknown = names - {"tierload", "s3torch", "raydata", "tierload-obstore"}
+            unknown = names - {"tierload", "s3torch", "raydata", "tierload-aiobotocore"}
             if unknown:
                 raise click.BadParameter(f"unknown {', '.join(sorted(unknown))}; a small workload runs tierload "
-                                         "and any of s3torch, raydata, tierload-obstore (small-s3: S3 GETs "
-                                         "through obstore)", param_hint="--contenders")
+                                         "and any of s3torch, raydata, tierload-aiobotocore (small-s3: S3 GETs "
+                                         "through aiobotocore)", param_hint="--contenders")
             loaders = tuple(sorted(names - {"tierload"}))
             given.update(peers=bool(loaders), peer_loaders=loaders)
         _run_small(workload_name, quick, out_dir, given)

@@ -11,9 +11,9 @@ when to retry is :mod:`tierload.stores.cold.retry`'s decision (the only retry la
 built with one attempt), and its :class:`~tierload.stores.cold.retry.AdaptiveLimit` is the
 in-flight limit (halved on ``SlowDown``).
 
-Each GET goes the lean way where it can (:mod:`tierload.stores.cold.s3fast.s3_lean`: a SigV4 signer and
-one shared connection pool, a small fraction of aiobotocore's CPU per request), else through
-aiobotocore (``cold.lean_gets=False``, or options the lean path does not reproduce).
+Here each GET goes through aiobotocore (``cold.s3_engine: aiobotocore``, or options obstore
+cannot carry: :func:`tierload.stores.cold.s3_obstore_config.aiobotocore_reason`); the default
+engine, obstore, swaps only that one request (:mod:`tierload.stores.cold.obstore_reads`).
 """
 
 from __future__ import annotations
@@ -29,24 +29,14 @@ from tierload.stores.cold.errors import error_code, exception_chain, translate_e
 from tierload.stores.cold.open_files import process_in_flight
 from tierload.stores.cold.request_rate import request_rate_for
 from tierload.stores.cold.retry import HEALTH, AdaptiveLimit, Failure, RetryBudget, classify
-from tierload.stores.cold.s3fast.http_pool import ConnectionPool, shared_pool
 
 if TYPE_CHECKING:
-    from tierload.stores.cold.s3fast import s3_lean
     from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
 
 RangeRequest = tuple[str, str, int, int]
 """``(url, version, offset, length)``: ``length`` bytes at ``offset`` of the object at ``url``."""
-
-
-def _lean() -> Any:
-    """:mod:`~tierload.stores.cold.s3fast.s3_lean`, imported at the first S3 read: it loads botocore's
-    signer (~8 MB), which a process that maps a manifest and reads through its node cache never needs."""
-    from tierload.stores.cold.s3fast import s3_lean
-
-    return s3_lean
 
 
 # One limit per (process, event loop, size): created on the loop that uses it, never inherited
@@ -136,9 +126,6 @@ class S3RangeReader:
         self._endpoint = source.location.endpoint_url
         self._limit: AdaptiveLimit | None = None
         self._rate = request_rate_for(source)
-        self._pool: ConnectionPool | None = None
-        # bucket -> (filesystem, its route's lookup): one lookup shared by a pack's thousands of GETs
-        self._routes: dict[str, tuple[Any, asyncio.Future]] = {}
 
     async def read_ranges(self, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         """The bytes of every request, in request order, all fetched concurrently.
@@ -252,49 +239,13 @@ class S3RangeReader:
 
     async def _get_object(self, bucket: str, key: str, version: str, start: int,
                           end: int) -> tuple[bytes, int | None]:
+        """Bytes ``[start, end)`` of ``key`` if its ETag is still ``version`` (one request).
+
+        Returns:
+            The body, and the object's size in bytes as the answer gives it (``None``: not
+            given), so a short body at the object's end can be told from a broken one.
+        """
         if_match = version if version.startswith('"') else None
-        fs, config = self._source.fs, self._source.config
-        route = await self._route(fs, bucket) if config.lean_gets else None
-        if route is not None:
-            s3_lean = _lean()
-            try:
-                pool = self._pool
-                if pool is None:
-                    pool = self._pool = shared_pool(process_in_flight(config.max_in_flight))
-                return await s3_lean.get(route, pool, key, start, end, if_match)
-            except s3_lean.WrongRegionError as exc:
-                await s3_lean.use_aiobotocore_for(fs, bucket, str(exc))
-                none: asyncio.Future = asyncio.get_running_loop().create_future()
-                none.set_result(None)
-                self._routes[bucket] = (fs, none)
-        return await self._get_object_aiobotocore(bucket, key, if_match, start, end)
-
-    async def prepare(self, fs: Any, bucket: str) -> None:
-        """Make ``fs``'s client and ``bucket``'s lean route (when GETs take the lean path); no request is sent."""
-        if self._source.config.lean_gets:
-            await self._route(fs, bucket)
-        else:
-            await fs.set_session()
-
-    async def _route(self, fs: Any, bucket: str) -> s3_lean.S3Route | None:
-        # Looked up once per bucket and filesystem for this reader (one read_ranges call), by the
-        # first request; the others await that lookup instead of each starting their own. A
-        # credential refresh replaces the filesystem, so its requests find the new client's.
-        cached = self._routes.get(bucket)
-        if cached is None or cached[0] is not fs:
-            cached = self._routes[bucket] = (fs, asyncio.ensure_future(_lean().route_for(fs, bucket)))
-        lookup = cached[1]
-        if lookup.done() and lookup.exception() is None:
-            return lookup.result()
-        try:
-            return await asyncio.shield(lookup)  # a cancelled request must not cancel the others' lookup
-        except Exception:
-            if self._routes.get(bucket) is cached:
-                del self._routes[bucket]  # a failed lookup is tried again by the next request
-            raise
-
-    async def _get_object_aiobotocore(self, bucket: str, key: str, if_match: str | None, start: int,
-                                      end: int) -> tuple[bytes, int | None]:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
         if if_match:
             kwargs["IfMatch"] = if_match
@@ -306,4 +257,14 @@ class S3RangeReader:
             data = await asyncio.wait_for(body.read(), timeout=self._source.config.read_timeout_s)
         finally:
             body.close()
-        return data, _lean().object_size(response.get("ContentRange")) if "ContentRange" in response else len(data)
+        return data, object_size(response.get("ContentRange")) if "ContentRange" in response else len(data)
+
+    async def prepare(self, bucket: str) -> None:
+        """Make this process's client for ``bucket`` now (no request is sent)."""
+        await self._source.fs.set_session()
+
+
+def object_size(content_range: str | None) -> int | None:
+    """The object's size in bytes from a ``Content-Range: bytes a-b/size`` value (``None``: not given)."""
+    total = (content_range or "").rpartition("/")[2]
+    return int(total) if total.isdigit() else None

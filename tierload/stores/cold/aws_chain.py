@@ -31,7 +31,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CHAIN_VARIABLES", "capture", "session_for"]
+__all__ = ["CHAIN_VARIABLES", "botocore_session_for", "capture", "session_for"]
 
 # botocore session variables that decide which credentials a session finds and how it asks the
 # instance role. Others (region, endpoints, retries) are resolved by tierload itself.
@@ -90,9 +90,27 @@ def session_for(settings: tuple[tuple[str, str], ...], profile: str | None = Non
         ``aiobotocore.session.AioSession``, for s3fs's ``session=`` option.
     """
     import aiobotocore.session
+
+    return _with_settings(aiobotocore.session.AioSession(profile=profile), settings)
+
+
+def botocore_session_for(settings: tuple[tuple[str, str], ...], profile: str | None = None) -> Any:
+    """A new (synchronous) botocore session whose chain uses ``settings``, as :func:`session_for`.
+
+    For clients that take credentials rather than a session (obstore's S3 credential provider,
+    :mod:`tierload.stores.cold.s3_obstore_config`).
+
+    Returns:
+        ``botocore.session.Session``.
+    """
+    import botocore.session
+
+    return _with_settings(botocore.session.Session(profile=profile), settings)
+
+
+def _with_settings(session: Any, settings: tuple[tuple[str, str], ...]) -> Any:
     from botocore.configprovider import ConstantProvider
 
-    session = aiobotocore.session.AioSession(profile=profile)
     store = session.get_component("config_store")
     for variable, value in settings:
         store.set_config_provider(variable, ConstantProvider(value))

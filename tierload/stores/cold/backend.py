@@ -54,9 +54,10 @@ class ColdBackend:
     def configure(self, fs) -> None:
         """Adjust a freshly made filesystem client (e.g. one try per request: tierload retries)."""
 
-    def reads_through_obstore(self, source: ColdSource) -> bool:
-        """Whether ``source`` is listed or read through obstore, whose Rust runtime's threads a
-        forked child does not have (so a forked manifest helper must not use it)."""
+    def needs_obstore(self, source: ColdSource) -> bool:
+        """Whether ``source`` can be listed and read only through obstore, whose Rust runtime's
+        threads a forked child does not have (so a process that has used obstore must not fork a
+        manifest helper for it). S3 is not: a forked child reads it through aiobotocore."""
         return False
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],

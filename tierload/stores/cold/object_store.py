@@ -59,7 +59,7 @@ def quoted_versions(etags: pa.Array, sizes: np.ndarray, modified: pa.Array | Non
 class ObjectStoreBackend(ColdBackend):
     """Azure Blob (``az://container/prefix``) and GCS (``gs://bucket/prefix``) through obstore."""
 
-    def reads_through_obstore(self, source: ColdSource) -> bool:
+    def needs_obstore(self, source: ColdSource) -> bool:
         return True
 
     def strip(self, source: ColdSource, url: str) -> str:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 _STATUS = re.compile(r"(?:status(?: code)?:?\s*|Status \{\s*status:\s*)(\d{3})", re.IGNORECASE)
 _CODE_OF_STATUS = {404: "NoSuchKey", 412: "PreconditionFailed", 416: "InvalidRange", 403: "AccessDenied",
                    401: "AccessDenied", 429: "SlowDown", 503: "SlowDown"}
+_ERROR_CODE = re.compile(r"<Code>(\w+)</Code>")
 _REQUEST_URL = re.compile(r"((?:GET|HEAD|PUT|POST) )https?://\S+")
 _UNREACHABLE = ("connection refused", "error trying to connect", "tcp connect error", "dns error",
                 "failed to lookup address")
@@ -65,7 +66,8 @@ def shaped_error(exc: BaseException) -> BaseException:
     found = _STATUS.search(text)
     if found:
         status = int(found.group(1))
-        return StoreAnswer(status, _CODE_OF_STATUS.get(status, str(status)), first)
+        code = _ERROR_CODE.search(text)  # the store's own error code in the body (S3's ExpiredToken, ...)
+        return StoreAnswer(status, code.group(1) if code else _CODE_OF_STATUS.get(status, str(status)), first)
     lowered = text.lower()
     if "range" in lowered and ("not satisfiable" in lowered or "out of bounds" in lowered):
         return StoreAnswer(416, "InvalidRange", first)
@@ -117,6 +119,6 @@ class ObstoreRangeReader(S3RangeReader):
             raise shaped from exc
         return data, int(result.meta["size"])
 
-    async def prepare(self, fs: Any, bucket: str) -> None:
+    async def prepare(self, bucket: str) -> None:
         """Make this process's client for ``bucket`` now (no request is sent)."""
         client_for(self._source, self._scheme, bucket)

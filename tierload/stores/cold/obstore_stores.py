@@ -8,7 +8,7 @@ The one place that imports obstore's store classes. A URL maps to a store and a 
     http(s)://host:port/a/b     HTTPStore(origin)        a/b
 
 Options come from the dataset's resolved ``storage_options``: for S3 the s3fs options tierload
-already resolved (key, secret, token, endpoint, region, anon, timeouts), for the others
+already resolved (:mod:`tierload.stores.cold.s3_obstore_config`), for the others
 obstore's own configuration keys (e.g. Azure's ``account_name``, ``access_key``, ``endpoint``;
 adlfs's ``account_key`` is accepted as ``access_key``). obstore's own retries are off: tierload's
 retry layer (:mod:`tierload.stores.cold.retry`) is the only one. A client holds a connection
@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from tierload.errors import ConfigError, MissingDependencyError
 from tierload.stores.cold.open_files import process_in_flight
+from tierload.stores.cold.s3_obstore_config import obstore_s3_config
 
 if TYPE_CHECKING:
     from tierload.stores.cold.source import ColdSource
@@ -42,6 +43,20 @@ _ADLFS_NAMES = {"account_key": "access_key", "sas_token": "sas_key"}
 
 _stores: dict[tuple, Any] = {}
 _lock = threading.Lock()
+# The process that made obstore clients. obstore's Rust runtime (tokio) runs their requests on
+# threads a forked child does not inherit, so a child's request waits forever (tokio-rs/tokio#4301:
+# fork is not supported once a runtime has started). A fork inherits this pid, not the threads.
+_clients_pid: int | None = None
+
+
+def made_clients_here() -> bool:
+    """Whether this process has made an obstore client (so a child forked now could not use obstore)."""
+    return _clients_pid == os.getpid()
+
+
+def forked_after_clients() -> bool:
+    """Whether this process was forked from one that had made obstore clients: obstore cannot run here."""
+    return _clients_pid is not None and _clients_pid != os.getpid()
 
 
 def split_url(url: str) -> tuple[str, str, str]:
@@ -85,16 +100,31 @@ def store_for(source: ColdSource, url: str) -> tuple[Any, str]:
 
 def client_for(source: ColdSource, scheme: str, root: str) -> Any:
     """This process's obstore client for the bucket, container or origin ``root`` of ``scheme``
-    (see :func:`store_for`), made on first use with ``source``'s options."""
+    (see :func:`store_for`), made on first use with ``source``'s options.
+
+    Raises:
+        ConfigError: This process was forked from one that had made obstore clients
+            (:func:`forked_after_clients`); S3 reads through aiobotocore there instead, the
+            other stores have no second client.
+    """
+    global _clients_pid
+    if forked_after_clients():
+        raise ConfigError(f"{source.url} is read through obstore, whose runtime this process lost when it was "
+                          f"forked from process {_clients_pid}, which had used it; start DataLoader workers with "
+                          "multiprocessing_context='spawn' or 'forkserver', or do not read the cold tier in the parent "
+                          "before it forks them",
+                          tier="cold", url=source.url)
     options = source.storage_options
-    key = (os.getpid(), scheme, root, source.credentials_generation,
-           json.dumps(options, sort_keys=True, default=str))
+    # Whatever chooses the credentials is part of the key: two jobs on one node cache never share a client.
+    key = (os.getpid(), scheme, root, source.credential_provider, source.location.credential_chain,
+           source.credentials_generation, json.dumps(options, sort_keys=True, default=str))
     store = _stores.get(key)
     if store is None:
         with _lock:
             store = _stores.get(key)
             if store is None:
                 store = _stores[key] = _make_store(source, scheme, root, options)
+                _clients_pid = os.getpid()
     return store
 
 
@@ -117,9 +147,9 @@ def _make_store(source: ColdSource, scheme: str, root: str, options: dict[str, A
     config = source.config
     try:
         if scheme in S3_SCHEMES:
-            s3_config, endpoint = _s3_config(source, options)
+            s3_config, endpoint, provider = obstore_s3_config(source, options)
             return S3Store(root, config=s3_config, client_options=_client_options(config, endpoint),
-                           retry_config=_NO_RETRIES)
+                           retry_config=_NO_RETRIES, credential_provider=provider)
         if scheme in HTTP_SCHEMES:
             return HTTPStore.from_url(root, client_options=_client_options(config, root), retry_config=_NO_RETRIES)
         own: Any = {_ADLFS_NAMES.get(name, name): value for name, value in options.items()}
@@ -136,25 +166,3 @@ def _make_store(source: ColdSource, scheme: str, root: str, options: dict[str, A
     raise ConfigError(f"obstore does not read {scheme}:// URLs; use s3, az, gs or http(s)", tier="cold",
                       url=source.url)
 
-
-def _s3_config(source: ColdSource, options: dict[str, Any]) -> tuple[Any, str]:
-    """obstore's S3 configuration from the s3fs options tierload resolved (and the credential provider's)."""
-    client_kwargs = options.get("client_kwargs") or {}
-    credentials = {**{name: options[name] for name in ("key", "secret", "token") if options.get(name)},
-                   **source.provided_credentials()}
-    endpoint = str(client_kwargs.get("endpoint_url") or "")
-    s3_config: dict[str, Any] = {}
-    if endpoint:
-        s3_config["endpoint"] = endpoint
-    region = client_kwargs.get("region_name")
-    s3_config["region"] = region or "us-east-1"
-    if options.get("anon"):
-        s3_config["skip_signature"] = True
-    if credentials.get("key"):
-        s3_config["access_key_id"] = credentials["key"]
-        s3_config["secret_access_key"] = credentials.get("secret", "")
-    if credentials.get("token"):
-        s3_config["token"] = credentials["token"]
-    if endpoint and "amazonaws.com" not in endpoint:
-        s3_config["virtual_hosted_style_request"] = False  # a local endpoint (moto, MinIO) is path-style
-    return s3_config, endpoint

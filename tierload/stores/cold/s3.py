@@ -1,7 +1,9 @@
-"""The cold tier on S3 (and S3-compatible endpoints): listed with ListObjectsV2 pages (folders
-concurrently), read by range GETs in flight on s3fs's event loop (:mod:`tierload.stores.cold.async_reads`,
-the fast path in :mod:`tierload.stores.cold.s3fast`, or obstore's client with ``cold.s3_engine: obstore``:
-:mod:`tierload.stores.cold.obstore_reads`)."""
+"""The cold tier on S3 (and S3-compatible endpoints): listed with ListObjectsV2 pages through
+s3fs (folders concurrently), read by range GETs in flight on s3fs's event loop, each sent by
+obstore's client (``cold.s3_engine: obstore``, the default: :mod:`tierload.stores.cold.obstore_reads`)
+or by s3fs's aiobotocore client (``cold.s3_engine: aiobotocore``, or options obstore cannot
+carry: :mod:`tierload.stores.cold.s3_obstore_config`). docs/cold-engines.md has the measurement
+that chose obstore."""
 
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fsspec.asyn import sync
+from fsspec.asyn import get_loop, sync
 
 from tierload.stores.cold.async_reads import RangeRequest, S3RangeReader
 from tierload.stores.cold.backend import ColdBackend
 from tierload.stores.cold.generic import list_empty_prefix, version_of
 from tierload.stores.cold.listing import ObjectListing, list_fsspec, list_s3
+from tierload.stores.cold.obstore_stores import forked_after_clients
 from tierload.stores.cold.request_rate import request_rate_for
+from tierload.stores.cold.s3_obstore_config import aiobotocore_reason
 
 if TYPE_CHECKING:
     from tierload.stores.cold.source import ColdSource
@@ -24,9 +28,30 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def reads_through_obstore(source: ColdSource) -> bool:
+    """Whether ``source``'s range GETs go through obstore: ``cold.s3_engine: obstore``, options it
+    carries, and a process obstore can run in (not one forked after its parent had used it).
+    Otherwise through aiobotocore, logged once per process and source: the same bytes, more CPU."""
+    if source.config.s3_engine != "obstore":
+        return False
+    why = aiobotocore_reason(source.storage_options)
+    why = f"obstore does not carry {why}" if why else None
+    if why is None and forked_after_clients():
+        why = "a process forked after its parent had used obstore (its runtime's threads are not here)"
+    if why is not None:
+        if source.url not in _told:
+            _told.add(source.url)
+            log.info("S3 GETs of %s go through aiobotocore, not obstore: %s", source.url, why)
+        return False
+    return True
+
+
+_told: set[str] = set()
+
+
 def reader_for(source: ColdSource) -> S3RangeReader:
-    """The engine of ``source``'s range GETs, as ``cold.s3_engine`` says: the fast path or obstore."""
-    if source.config.s3_engine == "obstore":
+    """The engine of ``source``'s range GETs (:func:`reads_through_obstore`)."""
+    if reads_through_obstore(source):
         from tierload.stores.cold.obstore_reads import ObstoreRangeReader
 
         return ObstoreRangeReader(source)
@@ -34,15 +59,13 @@ def reader_for(source: ColdSource) -> S3RangeReader:
 
 
 class S3Backend(ColdBackend):
-    """S3 through s3fs's client, one try per request (:mod:`tierload.stores.cold.retry` retries)."""
+    """S3: listed through s3fs's client, read through obstore's or s3fs's (:func:`reader_for`); one
+    try per request (:mod:`tierload.stores.cold.retry` retries)."""
 
     notes_endpoint_health = True
 
     def configure(self, fs) -> None:
         fs.retries = 1  # one try: tierload.stores.cold.retry is the only retry layer
-
-    def reads_through_obstore(self, source: ColdSource) -> bool:
-        return source.config.s3_engine == "obstore"  # listings are s3fs's either way
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
@@ -57,13 +80,12 @@ class S3Backend(ColdBackend):
         return list_empty_prefix(source, root, exclude)
 
     def read_ranges(self, source: ColdSource, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
-        fs = source.fs
-        return sync(fs.loop, reader_for(source).read_ranges, requests, tally)
+        return sync(_loop_of(source), reader_for(source).read_ranges, requests, tally)
 
     async def read_ranges_async(self, source: ColdSource, requests: Sequence[RangeRequest],
                                 tally: dict) -> list[bytes]:
-        # Awaited directly when the caller runs on s3fs's loop, else handed to it.
-        loop = source.fs.loop
+        # Awaited directly when the caller runs on the reads' loop, else handed to it.
+        loop = _loop_of(source)
         coroutine = reader_for(source).read_ranges(requests, tally)
         if asyncio.get_running_loop() is loop:
             return await coroutine
@@ -71,8 +93,16 @@ class S3Backend(ColdBackend):
 
     def prepare(self, source: ColdSource) -> None:
         try:
-            fs = source.fs
-            bucket = source.strip(source.url).split("/", 1)[0]
-            sync(fs.loop, reader_for(source).prepare, fs, bucket)
+            bucket = source.url.split("://", 1)[1].split("/", 1)[0]
+            sync(_loop_of(source), reader_for(source).prepare, bucket)
         except Exception as exc:  # noqa: BLE001 - the first read meets the same failure and raises it typed
             log.debug("cold tier %s: client not prepared ahead (%s: %s)", source.url, type(exc).__name__, exc)
+
+
+def _loop_of(source: ColdSource) -> asyncio.AbstractEventLoop:
+    """The event loop ``source``'s reads run on: fsspec's I/O loop, which is s3fs's too (one loop per
+    process). Through obstore no s3fs client is made for it (a reading process that never lists
+    holds no aiobotocore client)."""
+    if reads_through_obstore(source):
+        return get_loop()
+    return source.fs.loop

@@ -61,9 +61,9 @@ CONTENDERS: dict[str, ContenderInfo] = {info.name: info for info in (
                   "tierload TieredDataset, default policy, hot tier = hot capacity, warm disabled"),
     ContenderInfo("tierload-warm", "tierload_tools.bench.contenders.tierload_ds", "main",
                   "tierload TieredDataset, default policy, warm tier enabled (larger than the dataset)"),
-    ContenderInfo("tierload-obstore", "tierload_tools.bench.contenders.tierload_ds", "main",
-                  "tierload TieredDataset as `tierload`, its S3 GETs through obstore (cold.s3_engine: obstore)",
-                  requires="obstore"),
+    ContenderInfo("tierload-aiobotocore", "tierload_tools.bench.contenders.tierload_ds", "main",
+                  "tierload TieredDataset as `tierload`, its S3 GETs through s3fs's aiobotocore client "
+                  "(cold.s3_engine: aiobotocore) instead of obstore"),
     ContenderInfo("ram", "tierload_tools.bench.contenders.ram", "main",
                   "upper bound: all samples preloaded into RAM, decoded per access"),
 )}

@@ -21,7 +21,7 @@ from tierload_tools.bench.contenders import Context
 from tierload_tools.bench.loop import run_epochs
 
 
-def tierload_config(ctx: Context, warm: bool, s3_engine: str = "fast"):
+def tierload_config(ctx: Context, warm: bool, s3_engine: str = "obstore"):
     from tierload.config.loading import load_config
 
     work = ctx.workdir

@@ -74,7 +74,7 @@ def tierload_config(setup: dict[str, Any]):
         "warm": {"url": None},
         "manifest": {"cache_dir": os.path.join(work, "manifests")},
         "ray": {"num_cpus": os.cpu_count() or 1},
-        "cold": {"s3_engine": setup.get("s3_engine", "fast")},
+        "cold": {"s3_engine": setup.get("s3_engine", "obstore")},
     })
 
 
@@ -112,7 +112,7 @@ def tierload_dataset(setup: dict[str, Any], watch: MemoryWatch) -> dict[str, Any
 
 
 CONTENDERS = {"plain-files": plain_files, "tierload-files": tierload_dataset, "tierload-s3": tierload_dataset,
-              "tierload-s3-obstore": tierload_dataset}
+              "tierload-s3-aiobotocore": tierload_dataset}
 
 
 def main(argv: list[str], contenders: dict[str, Any] | None = None) -> int:

@@ -55,8 +55,8 @@ class SmallOptions:
             page cache) or ``warm`` (all in it).
         peers: Also run the other loaders (issue 16: the S3 Connector for PyTorch, Ray Data) on
             small-files and small-s3.
-        peer_loaders: Which of them (``s3torch``, ``raydata``; on small-s3 also ``tierload-obstore``: tierload
-            with ``cold.s3_engine: obstore``) run when ``peers`` is set.
+        peer_loaders: Which of them (``s3torch``, ``raydata``; on small-s3 also ``tierload-aiobotocore``: tierload
+            with ``cold.s3_engine: aiobotocore``) run when ``peers`` is set.
         cache_dir: Where generated data is kept (None: ``~/.cache/tierload/bench``).
         seed: Data and shuffle seed.
     """
@@ -85,10 +85,10 @@ class SmallOptions:
             raise ValueError(f"workload={self.workload!r}; choose one of {', '.join(WORKLOADS)}")
         if min(self.count, self.classes, self.batch_size, self.startup_keys, self.ceiling_concurrency) < 1:
             raise ValueError(f"count, classes, batch_size, startup_keys, ceiling_concurrency must be >= 1: {self}")
-        unknown = set(self.peer_loaders) - {"s3torch", "raydata", "tierload-obstore"}
+        unknown = set(self.peer_loaders) - {"s3torch", "raydata", "tierload-aiobotocore"}
         if unknown:
             raise ValueError(f"peer_loaders={self.peer_loaders!r}: unknown {sorted(unknown)}; choose s3torch, raydata, "
-                             "tierload-obstore")
+                             "tierload-aiobotocore")
         if self.page_cache not in ("cold", "warm"):
             raise ValueError(f"page_cache={self.page_cache!r}; choose cold or warm")
         if self.size < 0 or self.num_workers < 0 or self.memory_keys < 0 or self.epochs < 2:
@@ -250,25 +250,20 @@ def _s3(options: SmallOptions, runner: _Runner, report: dict[str, Any]) -> None:
         report["contenders"] = {"tierload-s3": runner.contender("tierload-s3", setup)}
         after = emulated.counters()
         report["contenders"]["tierload-s3"]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-        if options.peers and "tierload-obstore" in options.peer_loaders:
-            _obstore_engine(runner, setup, report, emulated.counters)
+        if options.peers and "tierload-aiobotocore" in options.peer_loaders:
+            _aiobotocore_engine(runner, setup, report, emulated.counters)
         if options.peers:
             _peers(runner, ("s3torch-s3", "raydata-s3"), setup, report, emulated.counters, options.peer_loaders)
         if options.profile:
             report["profile"] = _profile(runner, "tierload-s3", setup)
 
 
-def _obstore_engine(runner: _Runner, setup: dict[str, Any], report: dict[str, Any],
-                    counters: Callable[[], dict[str, int]]) -> None:
-    """tierload again with ``cold.s3_engine: obstore`` (issue 24: the engine is chosen by this measurement)."""
-    import importlib.util
-
-    name = "tierload-s3-obstore"
-    if importlib.util.find_spec("obstore") is None:
-        report.setdefault("not_run", {})[name] = "obstore is not installed (pip install 'tierload[obstore]')"
-        return
+def _aiobotocore_engine(runner: _Runner, setup: dict[str, Any], report: dict[str, Any],
+                        counters: Callable[[], dict[str, int]]) -> None:
+    """tierload again with ``cold.s3_engine: aiobotocore`` (issue 24: the engine is chosen by this measurement)."""
+    name = "tierload-s3-aiobotocore"
     before = counters()
-    report["contenders"][name] = runner.contender(name, {**setup, "s3_engine": "obstore"})
+    report["contenders"][name] = runner.contender(name, {**setup, "s3_engine": "aiobotocore"})
     after = counters()
     report["contenders"][name]["s3"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
 

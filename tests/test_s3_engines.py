@@ -1,8 +1,10 @@
-"""The lean S3 GET path (a SigV4 signer, one shared connection pool), on moto's server over HTTP.
+"""S3's range GETs through both engines (``cold.s3_engine``: obstore, the default, and
+aiobotocore), on moto's server over HTTP.
 
 Every test goes through the fault-injecting proxy, which records each GET's client (the first
-word of its User-Agent: ``tierload-lean`` for the lean path; botocore's otherwise) and
-whether it was signed, so a test can tell which path answered.
+word of its User-Agent: ``object_store`` for obstore's Rust client, ``aiobotocore`` for s3fs's)
+and whether it was signed, and checks each SigV4 signature against the secret, so a test can
+tell which engine answered and that it signed right.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ from tierload.errors import (
     SourceNotFoundError,
 )
 
-LEAN = ("tierload-lean", True)  # the lean path's User-Agent, signed
+OBSTORE = ("object_store", True)  # obstore's User-Agent, signed
+AIOBOTOCORE = ("aiobotocore", True)
 
 
-def only_lean(proxy) -> bool:
-    return set(proxy.faults.clients) == {LEAN}
+def only_obstore(proxy) -> bool:
+    return set(proxy.faults.clients) == {OBSTORE}
 
 
-def test_many_ranges_are_exact_and_go_the_lean_way(s3, bucket):
+def test_many_ranges_are_exact_and_go_through_obstore(s3, bucket):
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 8, 3000)
     with FaultyS3(s3.endpoint_url) as proxy:
@@ -43,12 +46,12 @@ def test_many_ranges_are_exact_and_go_the_lean_way(s3, bucket):
         assert got == [payloads[url.removeprefix("s3://")][offset:offset + length] for url, _, offset, length in wanted]
         gets = sum(max(1, -(-length // 700)) for _, _, _, length in wanted)
         assert tally["cold_gets"] == gets == sum(proxy.faults.gets.values())
-        assert only_lean(proxy), proxy.faults.clients
+        assert only_obstore(proxy), proxy.faults.clients
         assert proxy.faults.bad_signatures == 0
 
 
 def test_a_wrong_secret_is_refused_by_the_signature_check(s3, bucket):
-    """The proxy's signature check can fail: the lean path signs with the secret it is given."""
+    """The proxy's signature check can fail: obstore signs with the secret it is given."""
     name, fs = bucket
     put_objects(fs, f"{name}/ds", 1, 100)
     with FaultyS3(s3.endpoint_url) as proxy:
@@ -58,33 +61,50 @@ def test_a_wrong_secret_is_refused_by_the_signature_check(s3, bucket):
         wrong = source_for(f"s3://{name}/ds", {**proxied(s3, proxy), "secret": "not-the-secret"})
         with pytest.raises(BackendError, match="SignatureDoesNotMatch"):
             wrong.read(obj.url, obj.version, 0, obj.size)
-        assert proxy.faults.bad_signatures == 1 and only_lean(proxy)
+        assert proxy.faults.bad_signatures == 1 and only_obstore(proxy)
 
 
-def test_lean_gets_false_sends_every_get_through_aiobotocore(s3, bucket):
+def test_the_aiobotocore_engine_sends_every_get_through_aiobotocore(s3, bucket):
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 3, 100)
     with FaultyS3(s3.endpoint_url) as proxy:
         proxy.faults.verify_secret = s3.storage_options["secret"]  # botocore's own signatures pass the check
-        source = source_for(f"s3://{name}/ds", proxied(s3, proxy), lean_gets=False)
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy), s3_engine="aiobotocore")
         wanted = requests_over(source, payloads, random.Random(2), 10)
         assert source.read_ranges(wanted) == [payloads[u.removeprefix("s3://")][o:o + n] for u, _, o, n in wanted]
-        assert sum(proxy.faults.clients.values()) == 10 and proxy.faults.clients[LEAN] == 0
+        assert proxy.faults.clients == {AIOBOTOCORE: 10}
         assert proxy.faults.bad_signatures == 0
 
 
-def test_options_the_lean_path_cannot_reproduce_go_through_aiobotocore(s3, bucket):
+def test_options_obstore_cannot_carry_go_through_aiobotocore(s3, bucket):
+    """An option that changes every GET in a way obstore does not reproduce (here
+    ``ExpectedBucketOwner``) sends that source's GETs through aiobotocore, which sends it."""
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 2, 100)
     with FaultyS3(s3.endpoint_url) as proxy:
-        # Requester pays adds a header to every request: not reproduced, so not taken.
-        source = source_for(f"s3://{name}/ds", {**proxied(s3, proxy), "requester_pays": True})
+        options = {**proxied(s3, proxy), "s3_additional_kwargs": {"ExpectedBucketOwner": "123456789012"}}
+        source = source_for(f"s3://{name}/ds", options)
         obj = source.list_objects()[0]
         assert source.read(obj.url, obj.version, 0, obj.size) == payloads[obj.url.removeprefix("s3://")]
-        assert proxy.faults.clients[LEAN] == 0 and sum(proxy.faults.clients.values()) == 1
+        assert proxy.faults.clients == {AIOBOTOCORE: 1}
 
 
-def test_a_changed_object_and_a_missing_one_on_the_lean_path(s3, bucket):
+def test_requester_pays_is_sent_by_obstore_on_every_get(s3, bucket):
+    """``requester_pays`` (s3fs's option) becomes obstore's ``request_payer``: each GET carries
+    ``x-amz-request-payer: requester`` and is still signed right."""
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 2, 100)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        proxy.faults.verify_secret = s3.storage_options["secret"]
+        source = source_for(f"s3://{name}/ds", {**proxied(s3, proxy), "requester_pays": True})
+        objects = source.list_objects()
+        got = source.read_ranges([(obj.url, obj.version, 0, obj.size) for obj in objects])
+        assert got == [payloads[obj.url.removeprefix("s3://")] for obj in objects]
+        assert only_obstore(proxy) and proxy.faults.bad_signatures == 0
+        assert proxy.faults.request_payers == ["requester"] * len(objects)
+
+
+def test_a_changed_object_and_a_missing_one_through_obstore(s3, bucket):
     name, fs = bucket
     put_objects(fs, f"{name}/ds", 2, 100)
     with FaultyS3(s3.endpoint_url) as proxy:
@@ -96,7 +116,7 @@ def test_a_changed_object_and_a_missing_one_on_the_lean_path(s3, bucket):
         assert raised.value.url == obj.url
         with pytest.raises(SourceNotFoundError):
             source.read(f"s3://{name}/ds/none", '"x"', 0, 1)
-        assert only_lean(proxy), proxy.faults.clients
+        assert only_obstore(proxy), proxy.faults.clients
 
 
 def test_slow_down_is_retried_and_each_attempt_counted(s3, bucket):
@@ -110,7 +130,7 @@ def test_slow_down_is_retried_and_each_attempt_counted(s3, bucket):
         tally: dict = {}
         assert source.read(obj.url, obj.version, 0, obj.size, tally) == payloads[obj.url.removeprefix("s3://")]
         assert proxy.faults.gets[key] == 2 and tally["cold_gets"] == 2 and not proxy.faults.slow_down_once
-        assert only_lean(proxy), proxy.faults.clients
+        assert only_obstore(proxy), proxy.faults.clients
 
 
 def test_expired_token_refreshes_the_credentials_once_and_retries(s3, bucket):
@@ -124,10 +144,11 @@ def test_expired_token_refreshes_the_credentials_once_and_retries(s3, bucket):
         source = source_for(f"s3://{name}/ds", options, credential_provider="rotating_credentials:rotating")
         obj = source.list_objects()[0]  # lists with the expired key: only GETs are refused
         key = obj.url.removeprefix(f"s3://{name}/")
+        rotating_credentials._calls = 0  # the GETs' client (obstore's, made at the first GET) gets it too
         tally: dict = {}
         assert source.read(obj.url, obj.version, 0, obj.size, tally) == payloads[obj.url.removeprefix("s3://")]
         assert source.credentials_generation == 1 and proxy.faults.gets[key] == 2 and tally["cold_gets"] == 2
-        assert only_lean(proxy), proxy.faults.clients
+        assert only_obstore(proxy), proxy.faults.clients
 
         always = source_for(f"s3://{name}/ds", options, credential_provider="rotating_credentials:always_expired")
         with pytest.raises(CredentialsExpiredError):
@@ -145,14 +166,16 @@ def test_anonymous_access_sends_unsigned_gets(s3, bucket):
         versions = {obj.url: obj.version for obj in source.list_objects()}
         got = source.read_ranges([(url, version, 1, 50) for url, version in versions.items()])
         assert got == [payloads[url.removeprefix("s3://")][1:51] for url in versions]
-        assert proxy.faults.clients == {("tierload-lean", False): 2}
+        assert proxy.faults.clients == {("object_store", False): 2}
 
 
 def _read_in_child(source, request, results) -> None:
     results.put(source.read(*request))
 
 
-def test_a_forked_child_reads_on_its_own_session(s3, bucket):
+def test_a_child_forked_after_obstore_was_used_reads_through_aiobotocore(s3, bucket):
+    """obstore's runtime threads are not in a forked child (tokio-rs/tokio#4301): a request
+    there would wait forever. The child reads the same bytes through aiobotocore instead."""
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 2, 100)
     with FaultyS3(s3.endpoint_url) as proxy:
@@ -168,7 +191,7 @@ def test_a_forked_child_reads_on_its_own_session(s3, bucket):
             assert results.get(timeout=60) == payloads[obj.url.removeprefix("s3://")]
         finally:
             child.join(30)
-        assert child.exitcode == 0 and proxy.faults.clients == {LEAN: 2}
+        assert child.exitcode == 0 and proxy.faults.clients == {OBSTORE: 1, AIOBOTOCORE: 1}
 
 
 def test_a_session_token_is_sent_and_signed(s3, bucket):
@@ -181,7 +204,7 @@ def test_a_session_token_is_sent_and_signed(s3, bucket):
         assert source.read(obj.url, obj.version, 0, obj.size) == payloads[obj.url.removeprefix("s3://")]
         assert proxy.faults.signed_headers == [("host", "if-match", "range", "x-amz-content-sha256", "x-amz-date",
                                                 "x-amz-security-token")]
-        assert proxy.faults.bad_signatures == 0 and only_lean(proxy)
+        assert proxy.faults.bad_signatures == 0 and only_obstore(proxy)
 
 
 def test_an_endpoint_that_refuses_connections_is_retried_then_unreachable(s3):
@@ -209,25 +232,26 @@ def test_keys_that_need_percent_encoding_are_found_and_correctly_signed(s3, buck
         assert len(objects) == 3
         got = source.read_ranges([(obj.url, obj.version, 0, obj.size) for obj in objects])
         assert got == [payloads[obj.url.removeprefix("s3://")] for obj in objects]
-        assert proxy.faults.bad_signatures == 0 and only_lean(proxy)
+        assert proxy.faults.bad_signatures == 0 and only_obstore(proxy)
 
 
-def test_prepare_makes_the_client_and_the_route_and_sends_nothing(s3, bucket):
-    """ColdSource.prepare() (the node cache calls it when a dataset registers) makes the S3
-    client and the bucket's lean route ahead of the first read, without a request."""
-    from tierload.stores.cold.s3fast import s3_lean
+def test_prepare_makes_the_client_and_sends_nothing(s3, bucket):
+    """ColdSource.prepare() (the node cache calls it when a dataset registers) makes the
+    bucket's obstore client ahead of the first read, without a request; the read uses it."""
+    from tierload.stores.cold import obstore_stores
 
     name, fs = bucket
     payloads = put_objects(fs, f"{name}/ds", 2, 1000)
     with FaultyS3(s3.endpoint_url) as proxy:
         source = source_for(f"s3://{name}/ds", proxied(s3, proxy))
+        before = set(obstore_stores._stores)
         source.prepare()
         assert sum(proxy.faults.access_keys.values()) == 0 and not proxy.faults.gets  # nothing was sent
-        client = source.fs._s3
-        assert client is not None and s3_lean._routes[client][name] is not None
+        made = set(obstore_stores._stores) - before
+        assert len(made) == 1 and next(iter(made))[2] == name
         obj = source.list_objects()[0]
         assert source.read(obj.url, obj.version, 0, obj.size) == payloads[obj.url.removeprefix("s3://")]
-        assert source.fs._s3 is client and only_lean(proxy)  # the read used what prepare() made
+        assert set(obstore_stores._stores) - before == made and only_obstore(proxy)  # the read used it
 
 
 def test_prepare_leaves_an_unreachable_endpoint_to_the_first_read(s3, bucket):
