@@ -60,6 +60,7 @@ class FaultMix:
         return None
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 
@@ -180,7 +181,9 @@ class FaultyS3:
                         b"<Message>The provided token has expired.</Message></Error>")
                 return web.Response(status=400, body=body, content_type="application/xml")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-        async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
+        # The path as sent (raw_path keeps "..", "//" and escapes), not re-normalised on the way to moto.
+        upstream_url = yarl.URL(self.upstream + request.raw_path, encoded=True)
+        async with self._session.request(request.method, upstream_url, headers=headers,
                                          data=await request.read(), allow_redirects=False) as upstream:
             payload = await upstream.read()
             out_headers = {k: v for k, v in upstream.headers.items()

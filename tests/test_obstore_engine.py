@@ -1,4 +1,4 @@
-"""The obstore engine (``cold.s3_engine: obstore``) behind the S3 fast path's interface, on moto's
+"""The obstore engine (``cold.s3_engine: obstore``, the default) behind the range reader's interface, on moto's
 S3 server over HTTP: exact bytes, If-Match on the recorded ETag, one retry layer with a budget.
 
 Faults are injected for real by the fault-injecting proxy in front of moto.

@@ -266,3 +266,25 @@ def test_prepare_leaves_an_unreachable_endpoint_to_the_first_read(s3, bucket):
     source.prepare()  # no request is sent, so nothing to fail
     with pytest.raises(EndpointUnreachableError):
         source.read(f"s3://{name}/ds/obj-000", '"0"', 0, 10)
+
+
+def test_keys_obstore_cannot_name_exactly_are_read_through_aiobotocore(s3, bucket):
+    """object_store's paths refuse ``..``, empty segments and control characters, and drop
+    a leading ``/``; S3 keys may have them. Those objects' GETs go through aiobotocore, the others
+    through obstore, and every byte is the right object's."""
+    from tierload.stores.cold.obstore_reads import obstore_addresses
+
+    name, fs = bucket
+    odd = ["up/../x.bin", "double//x.bin", "tab\tx.bin"]  # (a "." segment: neither engine's HTTP client keeps it)
+    plain = ["plain/x.bin", ".../x.bin"]
+    payloads = {f"{name}/k/{key}": key.encode() * 7 for key in odd + plain}
+    fs.pipe(payloads)
+    fs.invalidate_cache()
+    assert [obstore_addresses(f"k/{key}") for key in odd + plain] == [False] * len(odd) + [True] * len(plain)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/k", proxied(s3, proxy))
+        objects = source.list_objects()
+        assert len(objects) == len(payloads)
+        got = source.read_ranges([(obj.url, obj.version, 0, obj.size) for obj in objects])
+        assert got == [payloads[obj.url.removeprefix("s3://")] for obj in objects]
+        assert proxy.faults.clients == {OBSTORE: len(plain), AIOBOTOCORE: len(odd)}

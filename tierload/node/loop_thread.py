@@ -1,7 +1,7 @@
 """Coroutines started from other threads, on the process's one I/O event loop.
 
 That loop is fsspec's (``fsspec.asyn.get_loop()``, on its daemon thread ``fsspecIO``), the one
-s3fs's client and the S3 fast path run their requests on: a cold miss fetched here awaits its
+s3fs's client and the S3 range reads run their requests on: a cold miss fetched here awaits its
 GETs directly, never handing them to a second loop and back. One loop per process, made on first
 use (fsspec makes a new one in a forked child). Starting a coroutine from another thread takes no
 lock on the way in, and many starts between two turns of the loop cost one wake-up, not one each.

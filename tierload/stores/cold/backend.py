@@ -3,7 +3,7 @@
 :class:`~tierload.stores.cold.source.ColdSource` is the one face of the cold tier; what differs
 between stores lives behind :class:`ColdBackend`, one backend per module:
 
-    s3, s3a      tierload.stores.cold.s3             ListObjectsV2 pages, If-Match GETs (fast path or obstore)
+    s3, s3a      tierload.stores.cold.s3             ListObjectsV2 pages, If-Match GETs (obstore or aiobotocore)
     file, local  tierload.stores.cold.local_file     os.scandir, pread on the version-checked descriptor
     az, abfs     tierload.stores.cold.object_store   obstore: List Blobs pages, If-Match range GETs
     gs, gcs      tierload.stores.cold.object_store   obstore: XML list pages, If-Match range GETs

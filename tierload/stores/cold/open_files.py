@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 # channel's connections, Ray's own sockets and pipes opened later, a listing's spill files.
 RESERVED_FILES = 64
 # Sockets per request in flight: the range GET's connection, and one that the other pool
-# (aiobotocore's, for listings, HEADs and GETs off the lean path) may keep open beside it.
+# (aiobotocore's, for listings, HEADs and GETs obstore does not send) may keep open beside it.
 FILES_PER_REQUEST = 2
 
 _sized: dict[tuple[int, int], int] = {}

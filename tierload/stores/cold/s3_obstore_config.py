@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from tierload.stores.cold import aws_chain
 
 if TYPE_CHECKING:
+    from obstore.store import S3Credential
+
     from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
@@ -100,7 +102,7 @@ class BotocoreCredentials:
         """The region the chain configures (``AWS_REGION``, the profile's ``region``), if any."""
         return self._session.get_config_variable("region")
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> S3Credential:
         from datetime import UTC, datetime, timedelta
 
         from botocore.credentials import RefreshableCredentials
