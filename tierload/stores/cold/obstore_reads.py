@@ -112,6 +112,8 @@ class ObstoreRangeReader(S3RangeReader):
         super().__init__(source)
         self._obstore = import_obstore(source.protocol)
         self._scheme = source.protocol
+        # (bucket, credentials generation) -> client: looked up once per reader, not per GET
+        self._clients: dict[tuple[str, int], Any] = {}
 
     def bucket_and_key(self, url: str) -> tuple[str, str]:
         _scheme, root, path = split_url(url)
@@ -121,7 +123,10 @@ class ObstoreRangeReader(S3RangeReader):
                           end: int) -> tuple[bytes, int | None]:
         if self._scheme in S3_SCHEMES and not obstore_addresses(key):
             return await super()._get_object(bucket, key, version, start, end)  # aiobotocore sends any key
-        store = client_for(self._source, self._scheme, bucket)
+        known = (bucket, self._source.credentials_generation)
+        store = self._clients.get(known)
+        if store is None:
+            store = self._clients[known] = client_for(self._source, self._scheme, bucket)
         options: dict[str, Any] = {}
         if end > start:
             options["range"] = (start, end)
