@@ -70,6 +70,7 @@ class Faults:
 
     expired_access_keys: set[str] = field(default_factory=set)  # GETs signed with these: ExpiredToken
     truncate_once: set[str] = field(default_factory=set)        # next GET of these: drop the connection at 50%
+    truncate_always: set[str] = field(default_factory=set)      # every GET of these: drop the connection at 50%
     verify_secret: str | None = None                             # GETs whose SigV4 signature is wrong: 403
     bad_signatures: int = 0
     signed_headers: list[tuple[str, ...]] = field(default_factory=list)  # per verified GET
@@ -191,7 +192,7 @@ class FaultyS3:
                                                 "date")}
             response = web.StreamResponse(status=upstream.status, headers=out_headers)
             await response.prepare(request)
-            if is_get and key in self.faults.truncate_once and len(payload) > 1:
+            if is_get and (key in self.faults.truncate_once or key in self.faults.truncate_always) and len(payload) > 1:
                 self.faults.truncate_once.discard(key)
                 await response.write(payload[:len(payload) // 2])
                 request.transport.close()  # the stream breaks off halfway

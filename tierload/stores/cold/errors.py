@@ -75,7 +75,8 @@ def translate_error(exc: BaseException, url: str) -> TierloadError:
     if isinstance(exc, FileNotFoundError) or code in ("NoSuchKey", "404"):
         return SourceNotFoundError("no such object or prefix", tier="cold", url=url)
     if code in _TRANSIENT_CODES or names & {"ClientPayloadError", "IncompleteRead", "ReadTimeoutError",
-                                            "TimeoutError", "ConnectionResetError", "FSTimeoutError"}:
+                                            "TimeoutError", "ConnectionResetError", "FSTimeoutError",
+                                            "BodyBrokenError"}:
         return TransientBackendError(f"transient cold-tier failure: {text}", tier="cold", url=url)
     if code in ("ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired"):
         return CredentialsExpiredError(f"the cold tier says the credentials expired ({code})", tier="cold", url=url)

@@ -33,6 +33,8 @@ _ERROR_CODE = re.compile(r"<Code>(\w+)</Code>")
 _REQUEST_URL = re.compile(r"((?:GET|HEAD|PUT|POST) )https?://\S+")
 _UNREACHABLE = ("connection refused", "error trying to connect", "tcp connect error", "dns error",
                 "failed to lookup address")
+# A body cut off mid-stream (hyper's IncompleteBody under reqwest's "response body error").
+_BROKEN_BODY = ("body error", "incompletebody", "unexpectedeof", "unexpected eof", "broken pipe")
 _TIMED_OUT = ("timed out", "timeout", "deadline has elapsed")
 
 
@@ -46,6 +48,11 @@ class StoreAnswer(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(f"HTTP {status} {code}: {message}")
         self.response = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}
+
+
+class BodyBrokenError(ConnectionError):
+    """An answer's body broke off before its end: that object's request failed (retried within
+    ``cold.max_attempts``), not the endpoint (which answered)."""
 
 
 def shaped_error(exc: BaseException) -> BaseException:
@@ -75,6 +82,8 @@ def shaped_error(exc: BaseException) -> BaseException:
         return ConnectionRefusedError(first)
     if any(word in lowered for word in _TIMED_OUT):
         return TimeoutError(first)
+    if any(word in lowered for word in _BROKEN_BODY):
+        return BodyBrokenError(f"the answer broke off before its end: {first}")
     if "connection" in lowered:
         return ConnectionResetError(first)  # broke off after it was made: transient
     return exc

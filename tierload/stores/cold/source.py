@@ -64,11 +64,14 @@ class ColdSource:
         self._credentials_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
+        # ((pid, credentials generation), credentials): the provider asked once per generation in a
+        # process, however many clients (s3fs's for listings, obstore's for GETs) take them
+        self._provided: tuple[tuple[int, int], dict] | None = None
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_fs"], state["_pid"], state["_credentials_lock"] = None, -1, None  # rebuilt per process
-        state["_pool"], state["_pool_pid"] = None, -1
+        state["_pool"], state["_pool_pid"], state["_provided"] = None, -1, None
         return state
 
     def __setstate__(self, state):
@@ -82,17 +85,23 @@ class ColdSource:
 
     def provided_credentials(self) -> dict:
         """Credentials from the job's ``cold.credential_provider`` (``key``, ``secret``, ``token``;
-        empty when none)."""
+        empty when none), asked once per :attr:`credentials_generation` in each process."""
         path = self.credential_provider
         if not path:
             return {}
+        when = (os.getpid(), self._credentials_generation)
+        provided = self._provided
+        if provided is not None and provided[0] == when:
+            return provided[1]
         module_name, _, function_name = path.partition(":")
         try:
             provider = getattr(importlib.import_module(module_name), function_name)
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"cold.credential_provider={path!r} cannot be imported: {exc}") from exc
         credentials = provider()
-        return {name: credentials[name] for name in ("key", "secret", "token") if credentials.get(name)}
+        chosen = {name: credentials[name] for name in ("key", "secret", "token") if credentials.get(name)}
+        self._provided = (when, chosen)
+        return chosen
 
     @property
     def credentials_generation(self) -> int:

@@ -46,7 +46,7 @@ def run(ctx: Context) -> dict:
     started = time.perf_counter()
     workload = ctx.workload
     config = tierload_config(ctx, warm=ctx.name.endswith("-warm"),
-                             s3_engine="obstore" if ctx.name.endswith("-obstore") else "fast")
+                             s3_engine="aiobotocore" if ctx.name.endswith("-aiobotocore") else "obstore")
     try:
         dataset = TieredDataset(ctx.dataset.url, config=config, storage_options=ctx.s3fs_options,
                                 batch_size=workload.batch_size, seed=workload.seed)
