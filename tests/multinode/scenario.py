@@ -21,6 +21,7 @@ import time
 import ray
 from ray.cluster_utils import Cluster
 
+from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config
 from tierload.node.stats import hit_ratios
 from tierload_tools.s3local import LocalS3
 
@@ -68,12 +69,16 @@ class Shared:
     """One 3-node cluster and moto's server with the data set, shared by the scenarios of a run."""
 
     def __init__(self) -> None:
-        self.cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "resources": {"node0": 1}, "object_store_memory": 100 * 2**20})
-        self.nodes = [self.cluster.head_node]
-        for index in range(1, NODES):
-            self.nodes.append(self.cluster.add_node(num_cpus=1, resources={f"node{index}": 1},
-                                                    object_store_memory=100 * 2**20))
+        # Each node started as tierload starts its own local Ray (no API server, autoscaler monitor or
+        # pre-started idle workers; metrics kept, the deployments' default): tierload.deploy.local_ray.
+        with lean_local_ray(metrics=True):
+            self.cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 1, "resources": {"node0": 1}, "object_store_memory": 100 * 2**20,
+                "_system_config": local_ray_system_config(metrics=True)})
+            self.nodes = [self.cluster.head_node]
+            for index in range(1, NODES):
+                self.nodes.append(self.cluster.add_node(num_cpus=1, resources={f"node{index}": 1},
+                                                        object_store_memory=100 * 2**20))
         self.cluster.wait_for_nodes()
         ray.init(address=self.cluster.address, namespace="tierload", log_to_driver=False, configure_logging=False)
         self.s3 = LocalS3().start()
