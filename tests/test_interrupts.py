@@ -39,14 +39,22 @@ def _has(*parts: str) -> Ready:
     return lambda procs: all(part in _names(procs) for part in parts)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str], ready: Ready, tmp_path: Path, timeout_s: float = 240.0
            ) -> tuple[subprocess.Popen, dict[int, float]]:
     """Start ``tierload ARGS`` in its own process group; returns it once ``ready`` holds for its
     descendants, with every descendant seen so far (pid -> start time)."""
     log = open(tmp_path / "command.log", "w", encoding="utf-8")  # noqa: SIM115 - closed by the test's end
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # SIGINT at its default in the command, as from a terminal: a pytest started in the background of a
+    # non-interactive shell (nohup ... &) has SIGINT ignored, the command would inherit that, and Python
+    # then installs no KeyboardInterrupt handler (the command ran on, exit 0, after each SIGINT).
     proc = subprocess.Popen([sys.executable, "-m", "tierload.cli.main", *args], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, env=env, cwd=tmp_path, start_new_session=True)
+                            stdin=subprocess.DEVNULL, env=env, cwd=tmp_path, start_new_session=True,
+                            preexec_fn=_default_sigint)
     seen: dict[int, float] = {}
     deadline = time.monotonic() + timeout_s
     root = psutil.Process(proc.pid)
