@@ -25,7 +25,6 @@ source's GETs go through s3fs's aiobotocore client instead: slower, never wrong.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from tierload.stores.cold import aws_chain
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
     from obstore.store import S3Credential
 
     from tierload.stores.cold.source import ColdSource
-
-log = logging.getLogger(__name__)
 
 # What obstore reproduces of s3fs's client options (the rest changes a GET in a way it cannot).
 _CARRIED_CLIENT_KWARGS = {"endpoint_url", "region_name", "use_ssl"}
