@@ -18,7 +18,7 @@ from tierload.stores.cold.async_reads import RangeRequest, S3RangeReader
 from tierload.stores.cold.backend import ColdBackend
 from tierload.stores.cold.generic import list_empty_prefix, version_of
 from tierload.stores.cold.listing import ObjectListing, list_fsspec, list_s3
-from tierload.stores.cold.obstore_stores import forked_after_clients
+from tierload.stores.cold.obstore_stores import forked_after_clients, split_url
 from tierload.stores.cold.request_rate import request_rate_for
 from tierload.stores.cold.s3_obstore_config import aiobotocore_reason
 
@@ -93,7 +93,7 @@ class S3Backend(ColdBackend):
 
     def prepare(self, source: ColdSource) -> None:
         try:
-            bucket = source.url.split("://", 1)[1].split("/", 1)[0]
+            bucket = split_url(source.url)[1]
             sync(_loop_of(source), reader_for(source).prepare, bucket)
         except Exception as exc:  # noqa: BLE001 - the first read meets the same failure and raises it typed
             log.debug("cold tier %s: client not prepared ahead (%s: %s)", source.url, type(exc).__name__, exc)
