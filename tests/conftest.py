@@ -77,21 +77,26 @@ def bucket(s3):
     return name, fs
 
 
+def _tiers_under(root, hot="64MiB", warm="64MiB", **sections):
+    """A config whose tiers and manifest cache live under ``root`` (see ``tier_config``)."""
+    data = {
+        "hot": {"dir": str(root / "hot"), "capacity_bytes": hot},
+        "warm": {"url": str(root / "warm") if warm is not None else None,
+                 "capacity_bytes": warm if warm is not None else 0},
+        # One block per object, as these tests count blocks per object; tests/test_packs.py
+        # turns packs on (the library's default) with manifest={"pack_target_bytes": ...}.
+        "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0},
+    }
+    for key, value in sections.items():
+        data.setdefault(key, {}).update(value)
+    return load_config(data)
+
+
 @pytest.fixture
 def tier_config(tmp_path):
     """Factory for a config whose tiers and manifest cache live under this test's tmp_path."""
     def make(hot="64MiB", warm="64MiB", **sections):
-        data = {
-            "hot": {"dir": str(tmp_path / "hot"), "capacity_bytes": hot},
-            "warm": {"url": str(tmp_path / "warm") if warm is not None else None,
-                     "capacity_bytes": warm if warm is not None else 0},
-            # One block per object, as these tests count blocks per object; tests/test_packs.py
-            # turns packs on (the library's default) with manifest={"pack_target_bytes": ...}.
-            "manifest": {"cache_dir": str(tmp_path / "manifests"), "pack_target_bytes": 0},
-        }
-        for key, value in sections.items():
-            data.setdefault(key, {}).update(value)
-        return load_config(data)
+        return _tiers_under(tmp_path, hot, warm, **sections)
     return make
 
 
@@ -112,6 +117,42 @@ def make_dataset(s3, ray_session):
     yield make
     for config in {id(c): c for c in configs}.values():
         stop_actors(config)
+
+
+@pytest.fixture(scope="module")
+def module_tier_config(ray_session, tmp_path_factory):
+    """Factory like ``tier_config`` whose configs the whole test module shares: the same arguments
+    give the same config, so the same deployment (node cache and coordinator actors, ~1.5 CPU-s of
+    actor start-up each time, measured on tests/test_dataset.py). For tests that read their own fresh
+    objects and assert per dataset (its samples, ``epoch_stats``); a test that looks into the tier
+    directories or at node-wide figures (``cache_stats``) keeps its own ``tier_config``. The
+    deployments are stopped at the module's end."""
+    from tierload.deploy.runtime import stop_actors
+
+    configs = {}
+
+    def make(hot="64MiB", warm="64MiB", **sections):
+        key = repr((hot, warm, sorted(sections.items())))
+        if key not in configs:
+            configs[key] = _tiers_under(tmp_path_factory.mktemp("module-tiers"), hot, warm, **sections)
+        return configs[key]
+
+    yield make
+    for config in configs.values():
+        stop_actors(config)
+
+
+@pytest.fixture(scope="module")
+def module_dataset(s3):
+    """Factory for TieredDataset on the test S3 that leaves its deployment running: for configs from
+    ``module_tier_config``, whose deployments end with the module."""
+    from tierload.loader.dataset import TieredDataset
+
+    def make(url, config, **kwargs):
+        kwargs.setdefault("storage_options", s3.storage_options)
+        return TieredDataset(url, config, **kwargs)
+
+    return make
 
 
 @pytest.fixture
