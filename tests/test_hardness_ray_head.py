@@ -63,10 +63,23 @@ def _own_processes(temp_dir: str) -> list:
     return found
 
 
-def _stop_head(temp_dir: str) -> None:
-    """End the head's processes (only those that name ``temp_dir``), GCS and raylet first."""
+def _head_processes(temp_dir: str, address: str) -> list:
+    """The head's processes: those that name its temp dir or its GCS address (Ray's client server
+    names only the address), and their descendants (Ray's agents retitle themselves
+    ``ray::DashboardAgent``: their command line names neither, and they outlive the raylet)."""
+    found = {proc.pid: proc for proc in _own_processes(temp_dir) + _own_processes(f"--address={address}")}
+    for proc in list(found.values()):
+        try:
+            found.update((child.pid, child) for child in proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    return list(found.values())
+
+
+def _stop_head(temp_dir: str, address: str) -> None:
+    """End the head's processes (only those of :func:`_head_processes`)."""
     for _ in range(3):
-        procs = _own_processes(temp_dir)
+        procs = _head_processes(temp_dir, address)
         if not procs:
             return
         for proc in procs:
@@ -82,11 +95,13 @@ def _stop_head(temp_dir: str) -> None:
                 pass
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def loopback_head():
     """A Ray head started with the hint's command; yields ``(address, temp dir, its env)``.
 
     Its temp dir is in a short directory of its own (Ray's socket paths must fit in 107 bytes).
+    One head serves both tests of this module: the first checks what it listens on, the second
+    only needs one running (the demo starts its own Ray beside it); starting it once saves a head.
     """
     exports, argv = _hint_commands()
     own = tempfile.mkdtemp(prefix="tl-head-")  # 0700; Ray makes its temp dir in it 0777
@@ -103,7 +118,7 @@ def loopback_head():
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         yield f"127.0.0.1:{port}", temp_dir, env
     finally:
-        _stop_head(temp_dir)
+        _stop_head(temp_dir, f"127.0.0.1:{port}")
         shutil.rmtree(own, ignore_errors=True)
 
 
@@ -140,7 +155,10 @@ def test_the_ray_train_demo_runs_where_a_ray_head_runs(loopback_head):
            "TIERLOAD_HOT__DIR": str(work / "hot"), "TIERLOAD_WARM__URL": str(work / "warm"),
            "TIERLOAD_MANIFEST__CACHE_DIR": str(work / "manifests")}
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # a user's usual shell
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "ray_train.py"), "--demo", "--epochs", "1"],
+    # One epoch on one worker: what is checked is that the demo runs beside the head, not how
+    # TorchTrainer splits the rows (tests/test_ray_train.py checks that, with 2 workers and 2 epochs).
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "ray_train.py"), "--demo", "--epochs", "1",
+                           "--num-workers", "1"],
                           capture_output=True, text=True, env=env, cwd=str(work), timeout=500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "'epoch': 0" in proc.stdout + proc.stderr, proc.stdout[-2000:]  # rank 0 reported its epoch

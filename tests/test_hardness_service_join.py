@@ -12,6 +12,9 @@ and keeps its node cache running. Then, from other processes:
   ``stop --address`` ends tierload's actors and leaves the Ray it joined running (last in this file).
 - item 7: a job that joins the cache (no Ray of its own) has its per-rank stall metrics on the
   owner's Ray Prometheus endpoint, as a job with Ray has them (tests/test_metrics.py).
+- issue 25, item 1: a training process with the same tiers joins the running cache without
+  importing Ray (here, not in a module of its own, so that it joins this module's owner job
+  instead of starting a second one).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def owner(s3, tmp_path_factory):
     fs = s3.create_bucket(name)
     put_indexed_objects(fs, f"{name}/a", 10, size=2048)
     put_indexed_objects(fs, f"{name}/b", 14, size=2048)
+    put_indexed_objects(fs, f"{name}/c", 14, size=2048)  # listed by no one before the test that reads it
     config = {"hot": {"dir": str(root / "hot"), "capacity_bytes": "16MiB"},
               "warm": {"url": str(root / "warm"), "capacity_bytes": "16MiB"},  # a coordinator: `warm --address`
               "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0},
@@ -56,7 +60,8 @@ def owner(s3, tmp_path_factory):
               "metrics": {"export_interval_s": 0.5}}
     config_path = root / "config.yaml"
     config_path.write_text(json.dumps(config))  # JSON is YAML
-    spec = {"url": f"s3://{name}/a", "url2": f"s3://{name}/b", "storage_options": s3.storage_options,
+    spec = {"url": f"s3://{name}/a", "url2": f"s3://{name}/b", "url3": f"s3://{name}/c",
+            "storage_options": s3.storage_options,
             "config": config, "exit_when": str(root / "exit")}
     env = _env(ray_tmp)
     job = subprocess.Popen([sys.executable, str(JOB), "owner", json.dumps(spec)], stdout=subprocess.PIPE,
@@ -234,6 +239,32 @@ def test_every_join_names_a_dead_address_in_a_typed_failure(owner, tmp_path):
     assert warm.returncode == 5 and dead in warm.stderr and "nothing was staged" in warm.stderr, warm.stderr
     joined = _join(_elsewhere(spec, tmp_path), {**env, "RAY_ADDRESS": dead})
     assert joined["error"] == "ServiceError" and dead in joined["message"], joined
+
+
+_JOINER_WITHOUT_RAY = """
+import json, sys
+from tierload.loader.dataset import TieredDataset
+spec = json.loads(sys.argv[1])
+dataset = TieredDataset(spec["url"], spec["config"], storage_options=spec["storage_options"], layout="files",
+                        batch_size=1)
+samples = sum(1 for _ in dataset)
+print(json.dumps({"samples": samples, "ray_imported": "ray" in sys.modules,
+                  "cache_pid": dataset._endpoint.pid}))
+"""
+
+
+def test_a_job_joins_a_running_node_cache_without_importing_ray(owner):
+    """Issue 25, item 1: another process builds a ``TieredDataset`` with the owner's tiers, reads an
+    epoch through its cache, and never imports ``ray``."""
+    spec, ready, _config_path, env = owner
+    joined_spec = {**spec, "url": spec["url3"]}  # a dataset no one listed yet: the joiner's helper lists it
+    done = subprocess.run([sys.executable, "-c", _JOINER_WITHOUT_RAY, json.dumps(joined_spec)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["cache_pid"] == ready["cache_pid"]  # the owner's node cache
+    assert result["samples"] == 14
+    assert result["ray_imported"] is False
 
 
 def test_stop_by_address_ends_tierloads_actors_and_leaves_the_ray_it_joined(owner):

@@ -4,10 +4,11 @@ Run as ``python tests/multinode/scenario.py SCENARIO[,SCENARIO...] WORKDIR``; pr
 ``RESULT NAME JSON`` per scenario. The run starts one 3-node cluster (each node with its own hot
 directory and a custom resource ``node<i>``) and moto's S3 server, in its own process, apart
 from the test session's Ray; each scenario deploys tierload afresh on it (its own tier
-directories under ``WORKDIR/NAME``, so its own actors), with its training actors (by default one
-per node: rank = node index, world size 3), and stops every actor before the next one starts.
-Starting the cluster and the server once per run instead of once per scenario saves their
-start-up for every scenario but the first. Scenarios run in the order of ``ORDER`` whatever the
+directories under ``WORKDIR/NAME``, so its own actors), with its ranks (by default one per node:
+rank = node index, world size 3), and stops every tierload actor before the next one starts.
+Starting the cluster, the server and the training processes (``Trainer``: each scenario opens
+its own dataset in them and closes it at its end) once per run instead of once per scenario
+saves their start-up for every scenario but the first. Scenarios run in the order of ``ORDER`` whatever the
 command line's order: ``node_loss`` removes a node of the shared cluster, so it comes last.
 """
 
@@ -32,13 +33,29 @@ SIZE = 2000
 
 @ray.remote(num_cpus=0)
 class Trainer:
-    """One training process per node: iterates its rank's share of each epoch."""
+    """A training process on one node: iterates its rank's share of each epoch of the dataset it
+    opened. It serves the scenarios of a run one after another (:meth:`open`, :meth:`close`): a
+    process per scenario and node would pay its start-up (Python, torch, tierload) each time."""
 
-    def __init__(self, rank: int, url: str, config: dict, storage_options: dict, world_size: int = NODES) -> None:
+    def __init__(self) -> None:
+        self.dataset = None
+
+    def open(self, rank: int, url: str, config: dict, storage_options: dict, world_size: int = NODES) -> None:
         from tierload import TieredDataset
 
         self.dataset = TieredDataset(url, config, rank=rank, world_size=world_size, storage_options=storage_options,
                                      layout="files", batch_size=5)
+
+    def close(self) -> None:
+        """Drop the dataset and stop this process's keepers, so that the scenario's actors, stopped on
+        purpose next, stay stopped (a keeper would start a node cache again)."""
+        import gc
+
+        from tierload.deploy.keeper import stop_keepers
+
+        self.dataset = None
+        stop_keepers()
+        gc.collect()
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -81,9 +98,16 @@ class Shared:
                                                         object_store_memory=100 * 2**20))
         self.cluster.wait_for_nodes()
         ray.init(address=self.cluster.address, namespace="tierload", log_to_driver=False, configure_logging=False)
+        self.trainers: dict[tuple[int, int], ray.actor.ActorHandle] = {}
         self.s3 = LocalS3().start()
         fs = self.s3.create_bucket("multinode")
         fs.pipe({f"multinode/ds/obj-{i:05d}.bin": f"{i:08d}".encode() + bytes(SIZE - 8) for i in range(SAMPLES)})
+
+    def trainer(self, node: int, slot: int = 0) -> ray.actor.ActorHandle:
+        """The run's training process number ``slot`` on node ``node``, started when first asked for."""
+        if (node, slot) not in self.trainers:
+            self.trainers[node, slot] = Trainer.options(resources={f"node{node}": 0.01}).remote()
+        return self.trainers[node, slot]
 
     def close(self) -> None:
         self.s3.stop()
@@ -106,21 +130,23 @@ def start(shared: Shared, workdir: str, warm: bool, per_node_fraction: float, de
         "prefetch": {"depth_blocks": depth_blocks},
     }
     world_size = node_count * ranks_per_node
-    trainers = [Trainer.options(resources={f"node{rank // ranks_per_node}": 0.01}).remote(
-        rank, "s3://multinode/ds", config, shared.s3.storage_options, world_size)
+    trainers = [shared.trainer(rank // ranks_per_node, rank % ranks_per_node)
                 for rank in range(world_size)] if start_trainers else []
+    ray.get([trainer.open.remote(rank, "s3://multinode/ds", config, shared.s3.storage_options, world_size)
+             for rank, trainer in enumerate(trainers)])
     return config, trainers
 
 
 def end(config: dict, trainers: list, wait: bool = True) -> None:
-    """Stop a scenario's trainers and actors, and (``wait``) wait until no named actor is left, so
+    """Close a scenario's datasets in its trainers, stop its actors, and (``wait``) wait until no
+    named actor is left, so
     the next scenario on the shared cluster starts from a cluster without tierload actors."""
     from tierload.config.loading import load_config
     from tierload.deploy.runtime import stop_actors
 
     for trainer in trainers:
         try:
-            ray.kill(trainer)
+            ray.get(trainer.close.remote(), timeout=60)
         except Exception:  # noqa: BLE001 - on a removed node: already gone
             pass
     stop_actors(load_config(config))
@@ -254,9 +280,9 @@ def scenario_serve(shared: Shared, workdir: str) -> dict:
 
         first, second = cli("serve"), cli("serve")
         names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
-        trainers = [Trainer.options(resources={f"node{i}": 0.01}).remote(i, "s3://multinode/ds", config,
-                                                                          shared.s3.storage_options)
-                    for i in range(NODES)]
+        trainers = [shared.trainer(i) for i in range(NODES)]
+        ray.get([t.open.remote(i, "s3://multinode/ds", config, shared.s3.storage_options)
+                 for i, t in enumerate(trainers)])
         job = summarize(ray.get([t.epoch.remote(0) for t in trainers]))
         ray.get([t.land_warm_writes.remote() for t in trainers])  # every warm write lands before status counts them
         names_after_job = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
