@@ -70,16 +70,44 @@ def test_torchrun_ranks_yield_equal_batches_and_every_sample_once(s3, ray_sessio
     assert orders[0] != orders[1]
 
 
+@pytest.fixture(scope="module")
+def shared_configs(s3, ray_session, tmp_path_factory):
+    """``config(block_rows)``: the tiers of a deployment (a node cache and a coordinator actor) that the
+    tests below share for one block size, each reading its own fresh rows: what they assert (ids,
+    batch counts, len(loader)) is per dataset. A deployment of its own per test cost ~2 CPU-s of actor
+    start-up. Stopped at the module's end."""
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import stop_actors
+
+    configs = {}
+
+    def config(block_rows):
+        if block_rows not in configs:
+            root = tmp_path_factory.mktemp("ddp-tiers")
+            manifest = {"block_bytes": block_rows * 8} if block_rows else {}
+            configs[block_rows] = load_config({
+                "hot": {"dir": str(root / "hot"), "capacity_bytes": "64MiB"},
+                "warm": {"url": str(root / "warm"), "capacity_bytes": "64MiB"},
+                "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0, **manifest}})
+        return configs[block_rows]
+
+    yield config
+    for made in configs.values():
+        stop_actors(made)
+
+
 @pytest.fixture
-def rows_dataset(bucket, tier_config, make_dataset):
+def rows_dataset(s3, bucket, shared_configs):
     """``make(count, files, **kwargs)``: .npy rows whose first value is the row id."""
+    from tierload.loader.dataset import TieredDataset
+
     name, fs = bucket
 
     def make(count, files, block_rows=None, **kwargs):
         prefix = f"{name}/rows{count}x{files}"
         write_npy_dataset(fs, prefix, count, dim=2, files=files)
-        manifest = {"block_bytes": block_rows * 8} if block_rows else {}
-        return make_dataset(f"s3://{prefix}", tier_config(manifest=manifest), **kwargs)
+        return TieredDataset(f"s3://{prefix}", shared_configs(block_rows), storage_options=s3.storage_options,
+                             **kwargs)
     return make
 
 
