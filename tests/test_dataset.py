@@ -14,6 +14,7 @@ import torch
 from helpers import TierUsage, index_of, land_warm_writes, png_bytes, put_indexed_objects
 from torch.utils.data import DataLoader
 
+from tierload.config.loading import load_config
 from tierload.errors import SourceChangedError
 from tierload.frames.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.frames.checksum_key import local_key
@@ -38,24 +39,54 @@ def loader_for(dataset, batch_size=4, num_workers=0, **kwargs):
     return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collect_raw, **kwargs)
 
 
+@pytest.fixture(scope="module")
+def shared_dataset(s3, ray_session, tmp_path_factory):
+    """``make(url, hot=..., warm=..., **kwargs)``: a TieredDataset on a deployment (node cache and
+    coordinator actors) that every test of this module asking for the same tier sizes shares, as
+    ``tier_config`` would configure it otherwise. Each deployment costs ~2 CPU-s of actor start-up; a test
+    that reads its own fresh objects and asserts per dataset (its samples, ``epoch_stats``) checks the
+    same on a shared one. Tests that look into the tier directories or at the node-wide
+    ``cache_stats`` keep their own. Stopped at the module's end."""
+    from tierload.deploy.runtime import stop_actors
+    from tierload.loader.dataset import TieredDataset
+
+    configs = {}
+
+    def make(url, hot="64MiB", warm="64MiB", **kwargs):
+        if (hot, warm) not in configs:
+            root = tmp_path_factory.mktemp("shared-tiers")
+            configs[hot, warm] = load_config({
+                "hot": {"dir": str(root / "hot"), "capacity_bytes": hot},
+                "warm": {"url": str(root / "warm") if warm is not None else None,
+                         "capacity_bytes": warm if warm is not None else 0},
+                "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+        kwargs.setdefault("storage_options", s3.storage_options)
+        return TieredDataset(url, configs[hot, warm], **kwargs)
+
+    yield make
+    for config in configs.values():
+        stop_actors(config)
+
+
 @pytest.mark.parametrize("count, drop_last", [(100, False), (101, False), (101, True)])
-def test_exactly_once_per_epoch_across_two_ranks_and_two_workers(bucket, tier_config, make_dataset, count,
-                                                                    drop_last):
+def test_exactly_once_per_epoch_across_two_ranks_and_two_workers(bucket, shared_dataset, count, drop_last):
     """B02/B03: every sample once per epoch over 2 ranks x 2 workers; equal length per rank."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", count, classes=3)
-    config = tier_config()
     seen_all = []
     for epoch in range(2):
         per_rank = []
         for rank in range(2):
-            dataset = make_dataset(f"s3://{name}/ds", config, rank=rank, world_size=2, batch_size=4,
-                                   drop_last=drop_last, layout="files")
+            dataset = shared_dataset(f"s3://{name}/ds", rank=rank, world_size=2, batch_size=4,
+                                     drop_last=drop_last, layout="files")
             dataset.set_epoch(epoch)
             loader = loader_for(dataset, num_workers=2)
-            got = indices(loader)
+            got, batches = [], 0
+            for samples, _labels in loader:  # one pass gives the samples and the batch count
+                got.extend(index_of(s) for s in samples)
+                batches += 1
             assert len(got) == len(dataset)
-            assert sum(1 for _ in loader_for(dataset, num_workers=2)) == len(loader)  # len(loader) is exact
+            assert batches == len(loader)  # len(loader) is exact
             per_rank.append(got)
         assert len(per_rank[0]) == len(per_rank[1])
         counts = Counter(per_rank[0] + per_rank[1])
@@ -196,29 +227,28 @@ def test_changed_source_object_is_never_served_from_an_old_copy(bucket, tier_con
     assert not any(p.name == old_key for p in (tmp_path / "warm").rglob("*"))
 
 
-def test_stale_manifest_with_a_changed_object_fails_loudly(bucket, tier_config, make_dataset):
+def test_stale_manifest_with_a_changed_object_fails_loudly(bucket, shared_dataset):
     """With nothing cached, a stale manifest must not mix versions: the cold read refuses."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 4, size=100)
-    config = tier_config(hot=0, warm=None)
-    first = make_dataset(f"s3://{name}/ds", config, layout="files")
+    first = shared_dataset(f"s3://{name}/ds", hot=0, warm=None, layout="files")
     assert sorted(indices(loader_for(first))) == list(range(4))
     fs.pipe_file(f"{name}/ds/0/obj-000001.bin", b"00000001changed")
-    stale = make_dataset(f"s3://{name}/ds", config, layout="files")  # cached manifest, old ETag
+    stale = shared_dataset(f"s3://{name}/ds", hot=0, warm=None, layout="files")  # cached manifest, old ETag
     with pytest.raises(SourceChangedError):
         indices(loader_for(stale))
 
 
-def test_blocks_the_hot_tier_refuses_travel_zstd_compressed(bucket, tier_config, make_dataset):
+def test_blocks_the_hot_tier_refuses_travel_zstd_compressed(bucket, shared_dataset):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 12, size=20_000)  # zeros after the index: compresses well
     fs.pipe_file(f"{name}/noise/0/noise.bin", b"00000000" + os.urandom(20_000))
     fs.invalidate_cache()
-    compressible = make_dataset(f"s3://{name}/ds", tier_config(hot=0, warm=None), layout="files")
+    compressible = shared_dataset(f"s3://{name}/ds", hot=0, warm=None, layout="files")
     assert sorted(indices(loader_for(compressible))) == list(range(12))
     stats = compressible.epoch_stats(0)
     assert stats["wire_raw_bytes"] == 12 * 20_000 and stats["wire_sent_bytes"] < stats["wire_raw_bytes"] / 20
-    noise = make_dataset(f"s3://{name}/noise", tier_config(hot=0, warm=None), layout="files")
+    noise = shared_dataset(f"s3://{name}/noise", hot=0, warm=None, layout="files")
     assert indices(loader_for(noise)) == [0]
     stats = noise.epoch_stats(0)
     assert stats["wire_sent_bytes"] == stats["wire_raw_bytes"] == 20_008  # raw: it does not compress
@@ -263,24 +293,23 @@ def test_peers_and_the_warm_tier_get_the_stored_frame_not_a_re_encoding(bucket, 
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
-def test_workers_never_reuse_the_parents_connections(bucket, tier_config, make_dataset, context):
+def test_workers_never_reuse_the_parents_connections(bucket, shared_dataset, context):
     """B05: the parent has listed S3 and holds Ray; workers of every start method read correctly."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 20, size=300)
-    dataset = make_dataset(f"s3://{name}/ds", tier_config(), layout="files", batch_size=5)
+    dataset = shared_dataset(f"s3://{name}/ds", layout="files", batch_size=5)
     loader = loader_for(dataset, batch_size=5, num_workers=2,
                         multiprocessing_context=multiprocessing.get_context(context), timeout=120)
     assert sorted(indices(loader)) == list(range(20))
 
 
-def test_images_arrive_as_uint8_chw_with_their_labels(bucket, tier_config, make_dataset):
+def test_images_arrive_as_uint8_chw_with_their_labels(bucket, shared_dataset):
     name, fs = bucket
     for label in range(3):
         for i in range(4):
             fs.pipe_file(f"{name}/img/class{label}/{i}.png", png_bytes(label * 50 + i))
     fs.invalidate_cache()
-    dataset = make_dataset(f"s3://{name}/img", tier_config(), batch_size=6,
-                           transform=lambda t: t.to(torch.float32))
+    dataset = shared_dataset(f"s3://{name}/img", batch_size=6, transform=lambda t: t.to(torch.float32))
     assert dataset.classes == ["class0", "class1", "class2"]
     seen = []
     for images, labels in DataLoader(dataset, batch_size=6, num_workers=0):

@@ -25,14 +25,16 @@ from demo_data import write_npy_dataset  # noqa: E402
 
 
 @pytest.mark.parametrize("nproc, count, drop_last, workers", [(2, 23, False, 2), (3, 23, True, 1)])
-def test_torchrun_ranks_yield_equal_batches_and_every_sample_once(s3, ray_session, bucket, tier_config,
-                                                                  make_dataset, tmp_path, nproc, count,
-                                                                  drop_last, workers):
+def test_torchrun_ranks_yield_equal_batches_and_every_sample_once(s3, ray_session, bucket, shared_configs, tmp_path,
+                                                                  nproc, count, drop_last, workers):
+    from tierload.loader.dataset import TieredDataset
+
     name, fs = bucket
     url = f"s3://{name}/ddp"
     write_npy_dataset(fs, url.removeprefix("s3://"), count, dim=4, files=2)
-    config = tier_config(hot="1MiB", warm=None, manifest={"block_bytes": 64})  # 4 rows per block
-    owner = make_dataset(url, config)  # lists once and owns the node cache the ranks will join
+    config = shared_configs(block_bytes=64, hot="1MiB", warm=None)  # 4 rows per block
+    # Lists once; the node cache the ranks join is this module's, so it outlives them.
+    owner = TieredDataset(url, config, storage_options=s3.storage_options)
     assert owner.manifest.layout == "npy" and owner.manifest.num_samples == count
     config_path = tmp_path / "tierload.yaml"
     config_path.write_text(yaml.safe_dump(config.to_dict()), encoding="utf-8")
@@ -70,16 +72,47 @@ def test_torchrun_ranks_yield_equal_batches_and_every_sample_once(s3, ray_sessio
     assert orders[0] != orders[1]
 
 
+@pytest.fixture(scope="module")
+def shared_configs(s3, ray_session, tmp_path_factory):
+    """``config(block_bytes, hot=, warm=)``: the tiers of a deployment (a node cache and a coordinator actor)
+    that the tests of this module share for one block size and tier sizes, each reading its own fresh rows:
+    what they assert (ids, batch counts, len(loader)) is per dataset. A deployment of its own per test cost
+    ~2 CPU-s of actor start-up. Stopped at the module's end."""
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import stop_actors
+
+    configs = {}
+
+    def config(block_bytes=None, hot="64MiB", warm="64MiB"):
+        key = (block_bytes, hot, warm)
+        if key not in configs:
+            root = tmp_path_factory.mktemp("ddp-tiers")
+            manifest = {"block_bytes": block_bytes} if block_bytes else {}
+            configs[key] = load_config({
+                "hot": {"dir": str(root / "hot"), "capacity_bytes": hot},
+                "warm": {"url": str(root / "warm") if warm is not None else None,
+                         "capacity_bytes": warm if warm is not None else 0},
+                "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0, **manifest}})
+        return configs[key]
+
+    yield config
+    for made in configs.values():
+        stop_actors(made)
+
+
 @pytest.fixture
-def rows_dataset(bucket, tier_config, make_dataset):
+def rows_dataset(s3, bucket, shared_configs):
     """``make(count, files, **kwargs)``: .npy rows whose first value is the row id."""
+    from tierload.loader.dataset import TieredDataset
+
     name, fs = bucket
 
     def make(count, files, block_rows=None, **kwargs):
         prefix = f"{name}/rows{count}x{files}"
         write_npy_dataset(fs, prefix, count, dim=2, files=files)
-        manifest = {"block_bytes": block_rows * 8} if block_rows else {}
-        return make_dataset(f"s3://{prefix}", tier_config(manifest=manifest), **kwargs)
+        block_bytes = block_rows * 8 if block_rows else None  # rows of two float32 values
+        return TieredDataset(f"s3://{prefix}", shared_configs(block_bytes), storage_options=s3.storage_options,
+                             **kwargs)
     return make
 
 

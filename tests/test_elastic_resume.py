@@ -26,15 +26,33 @@ StatefulDataLoader = stateful.StatefulDataLoader
 COUNT, BATCH = 100, 4
 
 
+@pytest.fixture(scope="module")
+def shared_config(s3, ray_session, tmp_path_factory):
+    """The tiers (hot 1 MiB, no warm) of one deployment, a node cache and a coordinator actor, that the
+    tests of this module share: each reads its own fresh objects, and what it asserts (sample ids, states,
+    one dataset's epoch counters) does not depend on who else the node cache served. A deployment of its
+    own per test cost ~2 CPU-s of actor start-up. Stopped at the module's end."""
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import stop_actors
+
+    root = tmp_path_factory.mktemp("elastic-tiers")
+    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
+                          "warm": {"url": None, "capacity_bytes": 0},
+                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+    yield config
+    stop_actors(config)
+
+
 @pytest.fixture
-def make_rank(bucket, tier_config, make_dataset):
+def make_rank(s3, bucket, shared_config):
+    from tierload.loader.dataset import TieredDataset
+
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", COUNT, size=64)
-    config = tier_config(hot="1MiB", warm=None)
 
     def make(rank: int, world: int, **kwargs):
-        return make_dataset(f"s3://{name}/ds", config, layout="files", seed=3, batch_size=BATCH, rank=rank,
-                            world_size=world, **kwargs)
+        return TieredDataset(f"s3://{name}/ds", shared_config, layout="files", seed=3, batch_size=BATCH, rank=rank,
+                             world_size=world, storage_options=s3.storage_options, **kwargs)
     return make
 
 

@@ -30,11 +30,42 @@ def cold(s3, url, **options):
     return ColdSource(url, config.cold)
 
 
+def put_objects(s3, bucket: str, objects: dict[str, bytes]) -> None:
+    """PUT ``objects`` (key -> body) into ``bucket`` on moto's server over plain HTTP, four connections at once.
+
+    The thousands of objects a listing needs to pass a 1,000-key page are set-up, not what is tested: moto's
+    server takes unsigned PUTs, and botocore's signing and parsing cost 4x the client CPU per object
+    (cpuacct, 1,000 PUTs: 1.8 CPU-s through s3fs, 0.4 through http.client; moto's own 2.4 either way).
+    The objects, their ETags and their listing are the same.
+    """
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import quote, urlsplit
+
+    endpoint = urlsplit(s3.endpoint_url)
+    items = sorted(objects.items())
+
+    def put(share: list[tuple[str, bytes]]) -> None:
+        connection = http.client.HTTPConnection(endpoint.hostname, endpoint.port, timeout=60)
+        try:
+            for key, body in share:
+                connection.request("PUT", f"/{bucket}/{quote(key)}", body=body)
+                response = connection.getresponse()
+                response.read()
+                assert response.status == 200, (key, response.status)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(put, [items[i::4] for i in range(4)]))
+
+
 def test_listing_of_more_than_a_thousand_objects_is_complete(s3, bucket):
     """B17: 2,345 objects under train/ plus some under train/sub/: one page is 1,000."""
     name, fs = bucket
-    fs.pipe({f"{name}/train/obj-{i:05d}.bin": b"x" for i in range(2345)})
+    put_objects(s3, name, {f"train/obj-{i:05d}.bin": b"x" for i in range(2345)})  # B17's count
     fs.pipe({f"{name}/train/sub/more-{i}.bin": b"y" for i in range(7)})
+    fs.invalidate_cache()
     source = cold(s3, f"s3://{name}/train")
     objects = source.list_objects()
     assert len(objects) == 2352

@@ -100,13 +100,41 @@ def put_layout(fs, prefix: str, layout: str) -> tuple[str | None, dict]:
 LAYOUTS = ["files", "packed-files", "packed-imagefolder", "npy", "parquet", "webdataset", "tokens", "jsonl", "arrow"]
 
 
+@pytest.fixture(scope="module")
+def layouts_deployment(s3, ray_session, tmp_path_factory):
+    """``config(manifest settings)``: tiers (hot 4 MiB, no warm) whose one deployment, a node cache and a
+    coordinator actor, every layout below reads through, as jobs with their own manifest settings share a
+    node's cache. Each layout reads its own objects and counts its random reads as a difference, so it
+    checks what a deployment of its own per layout did (~2 CPU-s of actor start-up each). Stopped at the
+    module's end."""
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import stop_actors
+
+    root = tmp_path_factory.mktemp("layout-tiers")
+    made = []
+
+    def config(manifest: dict):
+        made.append(load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "4MiB"},
+                                 "warm": {"url": None, "capacity_bytes": 0},
+                                 "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0,
+                                              **manifest}}))
+        return made[-1]
+
+    yield config
+    if made:
+        stop_actors(made[0])  # one deployment: the hot directory and warm URL name it
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_ds_i_is_exactly_what_iteration_yields_for_every_layout(bucket, tier_config, make_dataset, layout):
+def test_ds_i_is_exactly_what_iteration_yields_for_every_layout(s3, bucket, layouts_deployment, layout):
+    from tierload.loader.dataset import TieredDataset
+
     name, fs = bucket
     layout_name, manifest = put_layout(fs, f"{name}/{layout}", layout)
     fs.invalidate_cache()
-    dataset = make_dataset(f"s3://{name}/{layout}", tier_config(hot="4MiB", warm=None, manifest=manifest),
-                           layout=layout_name, shuffle=False)
+    dataset = TieredDataset(f"s3://{name}/{layout}", layouts_deployment(manifest), layout=layout_name, shuffle=False,
+                            storage_options=s3.storage_options)
+    random_reads = dataset.cache_stats()["counters"].get("random_reads", 0)  # the shared node cache's so far
     count = dataset.manifest.num_samples
     assert count >= 10
     if layout.startswith("packed"):
@@ -124,7 +152,7 @@ def test_ds_i_is_exactly_what_iteration_yields_for_every_layout(bucket, tier_con
     with pytest.raises(SampleIndexError, match=rf"sample index {count} is outside the dataset: valid indices are "
                                                rf"0 \.\. {count - 1}"):
         dataset[count]
-    assert dataset.cache_stats()["counters"]["random_reads"] > 0
+    assert dataset.cache_stats()["counters"]["random_reads"] > random_reads
 
 
 def test_one_packed_member_is_read_from_cold_by_its_own_ranged_get(bucket, tier_config, make_dataset, faulty_s3):

@@ -38,15 +38,34 @@ def loader_kwargs(num_workers: int) -> dict:
     return {"num_workers": num_workers, "collate_fn": collate, **extra}
 
 
+@pytest.fixture(scope="module")
+def shared_config(s3, ray_session, tmp_path_factory):
+    """The tiers (hot 1 MiB, no warm) of one deployment, a node cache and a coordinator actor, that the
+    resume tests of this module share: each reads its own fresh objects and asserts orders and positions
+    per dataset, which do not depend on who else the node cache served. A deployment of its own per test
+    cost ~2 CPU-s of actor start-up. Stopped at the module's end."""
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import stop_actors
+
+    root = tmp_path_factory.mktemp("resume-tiers")
+    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
+                          "warm": {"url": None, "capacity_bytes": 0},
+                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+    yield config
+    stop_actors(config)
+
+
 @pytest.fixture
-def dataset_factory(bucket, tier_config, make_dataset):
+def dataset_factory(s3, bucket, shared_config):
+    from tierload.loader.dataset import TieredDataset
+
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", COUNT, size=64)
-    config = tier_config(hot="1MiB", warm=None)
 
     def make(**kwargs):
         kwargs.setdefault("batch_size", 1)
-        return make_dataset(f"s3://{name}/ds", config, layout="files", seed=0, **kwargs)
+        return TieredDataset(f"s3://{name}/ds", shared_config, layout="files", seed=0,
+                             storage_options=s3.storage_options, **kwargs)
     return make
 
 

@@ -83,7 +83,11 @@ def test_hot_dir_remounted_read_only_mid_epoch(bucket, tier_config, make_dataset
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 48, size=6000)
     hot = mounts.tmpfs(tmp_path / "hot", "8m")
-    config = with_hot(tier_config(hot="150KiB", warm=None), write_retry_s=1.0)  # holds about half the data
+    # Holds about half the data. A prefetch window of a few blocks, not the whole epoch: every block in the
+    # window is pinned, so with a window as long as the epoch no resident could make room in epoch 3 until
+    # the loop had consumed one, and on a loaded machine every cold fetch could land (and bypass the
+    # level) before that, so no write was tried and the level never learnt it was writable again.
+    config = with_hot(tier_config(hot="150KiB", warm=None, prefetch={"depth_blocks": 4}), write_retry_s=1.0)
     dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
 
     def freeze(batch_index: int) -> None:
