@@ -15,13 +15,41 @@ from tierload.wire.endpoint import ENDPOINT_FILE
 
 def put_indexed_objects(fs, prefix: str, count: int, *, size: int = 0, classes: int = 1) -> list[bytes]:
     """Write ``count`` objects whose payload starts with their index as 8 ASCII digits."""
-    payloads = []
-    for index in range(count):
-        body = f"{index:08d}".encode() + bytes(max(0, size - 8))
-        fs.pipe_file(f"{prefix}/{index % classes}/obj-{index:06d}.bin", body)
-        payloads.append(body)
+    payloads = [f"{index:08d}".encode() + bytes(max(0, size - 8)) for index in range(count)]
+    # One pipe of them all: s3fs sends the PUTs concurrently (500 objects: 1.6 -> 0.9 CPU-s of the client).
+    fs.pipe({f"{prefix}/{index % classes}/obj-{index:06d}.bin": body for index, body in enumerate(payloads)})
     fs.invalidate_cache()
     return payloads
+
+
+def put_objects(s3, bucket: str, objects: dict[str, bytes]) -> None:
+    """PUT ``objects`` (key -> body) into ``bucket`` on moto's server over plain HTTP, four connections at once.
+
+    The thousands of objects a listing needs to pass a 1,000-key page are set-up, not what is tested: moto's
+    server takes unsigned PUTs, and botocore's signing and parsing cost 4x the client CPU per object
+    (cpuacct, 1,000 PUTs: 1.8 CPU-s through s3fs, 0.4 through http.client; moto's own 2.4 either way).
+    The objects, their ETags and their listing are the same.
+    """
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import quote, urlsplit
+
+    endpoint = urlsplit(s3.endpoint_url)
+    items = sorted(objects.items())
+
+    def put(share: list[tuple[str, bytes]]) -> None:
+        connection = http.client.HTTPConnection(endpoint.hostname, endpoint.port, timeout=60)
+        try:
+            for key, body in share:
+                connection.request("PUT", f"/{bucket}/{quote(key)}", body=body)
+                response = connection.getresponse()
+                response.read()
+                assert response.status == 200, (key, response.status)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(put, [items[i::4] for i in range(4)]))
 
 
 def png_bytes(value: int, side: int = 8) -> bytes:

@@ -73,31 +73,13 @@ def test_torchrun_ranks_yield_equal_batches_and_every_sample_once(s3, ray_sessio
 
 
 @pytest.fixture(scope="module")
-def shared_configs(s3, ray_session, tmp_path_factory):
-    """``config(block_bytes, hot=, warm=)``: the tiers of a deployment (a node cache and a coordinator actor)
-    that the tests of this module share for one block size and tier sizes, each reading its own fresh rows:
-    what they assert (ids, batch counts, len(loader)) is per dataset. A deployment of its own per test cost
-    ~2 CPU-s of actor start-up. Stopped at the module's end."""
-    from tierload.config.loading import load_config
-    from tierload.deploy.runtime import stop_actors
-
-    configs = {}
-
+def shared_configs(module_tier_config):
+    """``config(block_bytes, hot=, warm=)``: the tiers of a deployment the tests of this module share for one
+    block size and tier sizes, each reading its own fresh rows: what they assert (ids, batch counts,
+    len(loader)) is per dataset."""
     def config(block_bytes=None, hot="64MiB", warm="64MiB"):
-        key = (block_bytes, hot, warm)
-        if key not in configs:
-            root = tmp_path_factory.mktemp("ddp-tiers")
-            manifest = {"block_bytes": block_bytes} if block_bytes else {}
-            configs[key] = load_config({
-                "hot": {"dir": str(root / "hot"), "capacity_bytes": hot},
-                "warm": {"url": str(root / "warm") if warm is not None else None,
-                         "capacity_bytes": warm if warm is not None else 0},
-                "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0, **manifest}})
-        return configs[key]
-
-    yield config
-    for made in configs.values():
-        stop_actors(made)
+        return module_tier_config(hot, warm, manifest={"block_bytes": block_bytes} if block_bytes else {})
+    return config
 
 
 @pytest.fixture

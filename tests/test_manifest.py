@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import png_bytes
+from helpers import png_bytes, put_objects
 
 from tierload.config.loading import load_config
 from tierload.config.models import ManifestConfig
@@ -28,36 +28,6 @@ from tierload.stores.cold.source import ColdSource
 def cold(s3, url, **options):
     config = load_config({"cold": {"storage_options": {**s3.storage_options, **options}}})
     return ColdSource(url, config.cold)
-
-
-def put_objects(s3, bucket: str, objects: dict[str, bytes]) -> None:
-    """PUT ``objects`` (key -> body) into ``bucket`` on moto's server over plain HTTP, four connections at once.
-
-    The thousands of objects a listing needs to pass a 1,000-key page are set-up, not what is tested: moto's
-    server takes unsigned PUTs, and botocore's signing and parsing cost 4x the client CPU per object
-    (cpuacct, 1,000 PUTs: 1.8 CPU-s through s3fs, 0.4 through http.client; moto's own 2.4 either way).
-    The objects, their ETags and their listing are the same.
-    """
-    import http.client
-    from concurrent.futures import ThreadPoolExecutor
-    from urllib.parse import quote, urlsplit
-
-    endpoint = urlsplit(s3.endpoint_url)
-    items = sorted(objects.items())
-
-    def put(share: list[tuple[str, bytes]]) -> None:
-        connection = http.client.HTTPConnection(endpoint.hostname, endpoint.port, timeout=60)
-        try:
-            for key, body in share:
-                connection.request("PUT", f"/{bucket}/{quote(key)}", body=body)
-                response = connection.getresponse()
-                response.read()
-                assert response.status == 200, (key, response.status)
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(put, [items[i::4] for i in range(4)]))
 
 
 def test_listing_of_more_than_a_thousand_objects_is_complete(s3, bucket):

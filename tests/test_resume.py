@@ -39,20 +39,11 @@ def loader_kwargs(num_workers: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def shared_config(s3, ray_session, tmp_path_factory):
-    """The tiers (hot 1 MiB, no warm) of one deployment, a node cache and a coordinator actor, that the
-    resume tests of this module share: each reads its own fresh objects and asserts orders and positions
-    per dataset, which do not depend on who else the node cache served. A deployment of its own per test
-    cost ~2 CPU-s of actor start-up. Stopped at the module's end."""
-    from tierload.config.loading import load_config
-    from tierload.deploy.runtime import stop_actors
-
-    root = tmp_path_factory.mktemp("resume-tiers")
-    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
-                          "warm": {"url": None, "capacity_bytes": 0},
-                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
-    yield config
-    stop_actors(config)
+def shared_config(module_tier_config):
+    """The tiers (hot 1 MiB, no warm) of one deployment the tests of this module share: each reads its
+    own fresh objects, and what it asserts (orders and positions per dataset) does not depend on who else
+    the node cache served."""
+    return module_tier_config(hot="1MiB", warm=None)
 
 
 @pytest.fixture
