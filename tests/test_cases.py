@@ -28,15 +28,16 @@ from tierload.stores.cold.identity import identity_of
 from tierload.wire.messages import Endpoint, StreamPlan
 
 
-def test_b06_expired_credentials_are_refreshed_once_and_the_read_retried(s3, bucket, tier_config, make_dataset):
+def test_b06_expired_credentials_are_refreshed_once_and_the_read_retried(s3, bucket, shared_tier_config,
+                                                                         shared_dataset):
     """B06: ExpiredToken on GetObject -> the provider is asked once more, the read is retried."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 50, size=100)
     rotating_credentials.log_path().unlink(missing_ok=True)
     with FaultyS3(s3.endpoint_url) as proxy:
         proxy.faults.expired_access_keys.add(rotating_credentials.EXPIRED)
-        config = tier_config(cold={"credential_provider": "rotating_credentials:rotating"})
-        dataset = make_dataset(f"s3://{name}/ds", config, layout="files", batch_size=5,
+        config = shared_tier_config(cold={"credential_provider": "rotating_credentials:rotating"})
+        dataset = shared_dataset(f"s3://{name}/ds", config, layout="files", batch_size=5,
                                storage_options=proxied(s3, proxy))
         assert sorted(indices(dataset, num_workers=2, batch_size=5)) == list(range(50))
         calls = [json.loads(line) for line in rotating_credentials.log_path().read_text().splitlines()]
@@ -49,13 +50,13 @@ def test_b06_expired_credentials_are_refreshed_once_and_the_read_retried(s3, buc
         assert len(rotating_credentials.log_path().read_text().splitlines()) == len(calls)
 
 
-def test_b06_a_second_expiry_reaches_the_user(s3, bucket, tier_config, make_dataset):
+def test_b06_a_second_expiry_reaches_the_user(s3, bucket, shared_tier_config, shared_dataset):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 3, size=100)
     with FaultyS3(s3.endpoint_url) as proxy:
         proxy.faults.expired_access_keys.add(rotating_credentials.EXPIRED)
-        config = tier_config(cold={"credential_provider": "rotating_credentials:always_expired"})
-        dataset = make_dataset(f"s3://{name}/ds", config, layout="files", storage_options=proxied(s3, proxy))
+        config = shared_tier_config(cold={"credential_provider": "rotating_credentials:always_expired"})
+        dataset = shared_dataset(f"s3://{name}/ds", config, layout="files", storage_options=proxied(s3, proxy))
         with pytest.raises(CredentialsExpiredError):
             indices(dataset)
 
@@ -107,8 +108,9 @@ def test_b07_the_amazonaws_guard_refuses_in_every_kind_of_process(amazonaws_guar
 @pytest.fixture(scope="module")
 def shared_tier_config(tmp_path_factory):
     """Like tests/conftest.py's ``tier_config`` (default tiers), but every config names the same tier
-    directories: the tests below share one deployment instead of starting one each (~1.5 CPU-s a
-    deployment). Each reads its own bucket, through its own registration's location and options."""
+    directories: the module's dataset tests share one deployment instead of starting one each (~1.5
+    CPU-s a deployment). Each reads its own bucket, through its own registration's location, which
+    carries its options and its ``cold.credential_provider``."""
     root = tmp_path_factory.mktemp("cases-tiers")
 
     def make(**sections):
