@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from cases_common import collect_raw, indices
 from helpers import land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
+
+from tierload.config.loading import load_config
 
 
 def _parquet(columns: dict, row_group_size: int) -> bytes:
@@ -26,8 +29,29 @@ def _parquet(columns: dict, row_group_size: int) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.fixture(scope="module")
+def shared_tiers(tmp_path_factory, s3, ray_session):
+    """``(tier_root, make)``: a 1 MiB hot and a 1 MiB warm tier under ``tier_root``, one
+    deployment for B09, B16 and B17 instead of one each (~1.5 CPU-s a deployment); ``make`` is like
+    ``make_dataset``. Each test reads its own bucket and looks at tier files by its own block keys
+    (B09) or checks every file in the tiers (B16, whose check holds for all of them)."""
+    from tierload.deploy.runtime import stop_actors
+    from tierload.loader.dataset import TieredDataset
+
+    root = tmp_path_factory.mktemp("cases-data-tiers")
+    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
+                          "warm": {"url": str(root / "warm"), "capacity_bytes": "1MiB"},
+                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+
+    def make(url, **kwargs):
+        return TieredDataset(url, config, storage_options=s3.storage_options, **kwargs)
+
+    yield root, make
+    stop_actors(config)
+
+
 def test_b09_a_parquet_file_rewritten_with_another_schema_is_served_new_from_every_tier(
-        s3, bucket, tier_config, make_dataset, tmp_path):
+        bucket, shared_tiers):
     """Case B09: Parquet A (read, so it is in hot and warm) is overwritten by Parquet B with another
     schema and length; a refreshed start reads B's rows only and neither tier keeps A's blocks. A
     reader of A still iterating when its blocks are dropped ends at once, with every A row it was
@@ -37,12 +61,12 @@ def test_b09_a_parquet_file_rewritten_with_another_schema_is_served_new_from_eve
     name, fs = bucket
     fs.pipe_file(f"{name}/pq/part-0.parquet", _parquet({"x": list(range(10))}, 5))
     fs.invalidate_cache()
-    config = tier_config(hot="1MiB", warm="1MiB")
-    old = make_dataset(f"s3://{name}/pq", config, shuffle=False)
+    tiers, make_dataset = shared_tiers
+    old = make_dataset(f"s3://{name}/pq", shuffle=False)
     assert sorted(row["x"] for row, _ in old) == list(range(10))
     land_warm_writes(old)
     old_keys = {block.key for block in old.manifest.blocks}
-    on_disk = {p.name for tier in ("hot", "warm") for p in (tmp_path / tier).rglob("*") if p.is_file()}
+    on_disk = {p.name for tier in ("hot", "warm") for p in (tiers / tier).rglob("*") if p.is_file()}
     assert old_keys <= on_disk
     in_use = iter(DataLoader(old, batch_size=None, num_workers=0))
     first = next(in_use)[0]
@@ -50,11 +74,11 @@ def test_b09_a_parquet_file_rewritten_with_another_schema_is_served_new_from_eve
 
     fs.pipe_file(f"{name}/pq/part-0.parquet", _parquet({"y": [f"b{i}" for i in range(7)], "z": [1.5] * 7}, 7))
     fs.invalidate_cache()
-    fresh = make_dataset(f"s3://{name}/pq", config, shuffle=False, refresh_manifest=True)
+    fresh = make_dataset(f"s3://{name}/pq", shuffle=False, refresh_manifest=True)
     assert sorted(row["y"] for row, _ in fresh) == [f"b{i}" for i in range(7)]
     assert all(set(row) == {"y", "z"} for row, _ in fresh)
     land_warm_writes(fresh)
-    on_disk = {p.name for tier in ("hot", "warm") for p in (tmp_path / tier).rglob("*") if p.is_file()}
+    on_disk = {p.name for tier in ("hot", "warm") for p in (tiers / tier).rglob("*") if p.is_file()}
     assert not old_keys & on_disk  # no tier keeps A
 
     started = time.monotonic()
@@ -66,8 +90,7 @@ def test_b09_a_parquet_file_rewritten_with_another_schema_is_served_new_from_eve
     assert time.monotonic() - started < 30
 
 
-def test_b16_nfc_and_nfd_names_and_glob_characters_are_distinct_literal_keys(s3, bucket, tier_config, make_dataset,
-                                                                           tmp_path):
+def test_b16_nfc_and_nfd_names_and_glob_characters_are_distinct_literal_keys(bucket, shared_tiers):
     """Case B16: NFC and NFD spellings of one name are two objects; a key with glob characters given
     as the dataset URL is read literally (not the objects its pattern would match); every tier file
     stays inside its tier directory."""
@@ -83,36 +106,36 @@ def test_b16_nfc_and_nfd_names_and_glob_characters_are_distinct_literal_keys(s3,
     for key, body in objects.items():
         fs.pipe_file(f"{name}/data/{key}", body)
     fs.invalidate_cache()
-    config = tier_config(hot="1MiB", warm="1MiB")
-    dataset = make_dataset(f"s3://{name}/data", config, layout="files")
+    tiers, make_dataset = shared_tiers
+    dataset = make_dataset(f"s3://{name}/data", layout="files")
     got = {bytes(sample) for samples, _ in DataLoader(dataset, batch_size=4, collate_fn=collect_raw)
            for sample in samples}
     assert got == set(objects.values())  # NFC and NFD both read, each with its own bytes
     for literal, body in (("imgs/cat [1].bin", b"00000002bracket"), ("imgs/x?y*z.bin", b"00000004glob")):
-        one = make_dataset(f"s3://{name}/data/{literal}", config, layout="files")
+        one = make_dataset(f"s3://{name}/data/{literal}", layout="files")
         assert [bytes(s) for samples, _ in DataLoader(one, batch_size=4, collate_fn=collect_raw)
                 for s in samples] == [body]
     land_warm_writes(dataset)
     for tier in ("hot", "warm"):
-        root = (tmp_path / tier).resolve()
-        files = [p.resolve() for p in (tmp_path / tier).rglob("*") if p.is_file()]
+        root = (tiers / tier).resolve()
+        files = [p.resolve() for p in (tiers / tier).rglob("*") if p.is_file()]
         assert files and all(root in p.parents for p in files)
 
 
 def test_b17_an_object_a_cached_listing_lacks_opens_directly_and_a_refresh_counts_it(
-        s3, bucket, tier_config, make_dataset):
+        bucket, shared_tiers):
     """Case B17: the prefix's listing is cached; an object added since opens directly by its key (the
     cached listing is not asked whether it exists), and a refreshed listing counts it."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/train", 5, size=100)
-    config = tier_config()
-    stale = make_dataset(f"s3://{name}/train", config, layout="files")
+    _tiers, make_dataset = shared_tiers  # tier sizes are not what B17 is about
+    stale = make_dataset(f"s3://{name}/train", layout="files")
     assert stale.manifest.num_samples == 5
     fs.pipe_file(f"{name}/train/0/obj-000005.bin", b"00000005" + bytes(92))
     fs.invalidate_cache()
-    direct = make_dataset(f"s3://{name}/train/0/obj-000005.bin", config, layout="files")
+    direct = make_dataset(f"s3://{name}/train/0/obj-000005.bin", layout="files")
     assert indices(direct) == [5]
-    refreshed = make_dataset(f"s3://{name}/train", config, layout="files", refresh_manifest=True)
+    refreshed = make_dataset(f"s3://{name}/train", layout="files", refresh_manifest=True)
     assert refreshed.manifest.num_samples == 6 and sorted(indices(refreshed)) == list(range(6))
 
 

@@ -53,13 +53,34 @@ def profile_only(tmp_path, monkeypatch, faulty_s3):
     return {"client_kwargs": {"endpoint_url": faulty_s3.endpoint_url, "region_name": "us-east-1"}}
 
 
+@pytest.fixture(scope="module")
+def shared_dataset(tmp_path_factory, ray_session):
+    """Like ``make_dataset`` with ``tier_config(warm=None)``, on one deployment for the module's two
+    dataset tests instead of one each (~1.5 CPU-s a deployment). Each reads its own bucket through
+    its own proxy; the credentials travel in each dataset's registration, not in the deployment."""
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import stop_actors
+    from tierload.loader.dataset import TieredDataset
+
+    root = tmp_path_factory.mktemp("credentials-tiers")
+    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "64MiB"},
+                          "warm": {"url": None, "capacity_bytes": 0},
+                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+
+    def make(url, **kwargs):
+        return TieredDataset(url, config, layout="files", **kwargs)
+
+    yield make
+    stop_actors(config)
+
+
 def test_a_profile_named_only_in_the_training_process_reaches_the_node_cache(
-        bucket, tier_config, make_dataset, faulty_s3, profile_only, caplog):
+        bucket, shared_dataset, faulty_s3, profile_only, caplog):
     """Case B41: AWS_PROFILE set only here (Ray already running): the node cache signs with the profile's key"""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 12, size=1000)
     caplog.set_level(logging.DEBUG, logger="tierload")
-    dataset = make_dataset(f"s3://{name}/ds", tier_config(warm=None), layout="files", storage_options=profile_only)
+    dataset = shared_dataset(f"s3://{name}/ds", storage_options=profile_only)
     seen = {index_of(s): bytes(s) for samples, _ in DataLoader(dataset, batch_size=4, collate_fn=collect_raw)
             for s in samples}
     assert seen == dict(enumerate(payloads))
@@ -182,7 +203,7 @@ class _FallbackReads(torch.utils.data.Dataset):
 
 
 def test_b06_sixteen_workers_starting_together_resolve_credentials_from_a_credential_process(
-        bucket, tier_config, make_dataset, tmp_path, monkeypatch, faulty_s3):
+        bucket, shared_dataset, tmp_path, monkeypatch, faulty_s3):
     """Case B06: 16 DataLoader workers start at once, each resolving credentials from a profile's
     credential_process (slow on purpose: all 16 resolutions overlap) to read cold itself (the
     fallback path); then 16 workers read through the node cache. Every sample once, exact bytes,
@@ -210,7 +231,7 @@ def test_b06_sixteen_workers_starting_together_resolve_credentials_from_a_creden
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 48, size=1000)
     options = {"client_kwargs": {"endpoint_url": faulty_s3.endpoint_url, "region_name": "us-east-1"}}
-    dataset = make_dataset(f"s3://{name}/ds", tier_config(warm=None), layout="files", storage_options=options)
+    dataset = shared_dataset(f"s3://{name}/ds", storage_options=options)
     listing_calls = set(calls.read_text().split())
 
     direct = DataLoader(_FallbackReads(dataset), batch_size=1, num_workers=16, collate_fn=lambda batch: batch[0],

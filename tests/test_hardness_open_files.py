@@ -34,8 +34,15 @@ CHILD = textwrap.dedent("""
             body = f"{index:08d}".encode() + bytes(4096 - 8)
             fs.pipe_file(f"nofile/ds/obj-{index:06d}.bin", body)
             payloads[index] = body
-        ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 object_store_memory=100 * 2**20, log_to_driver=False, configure_logging=False)
+        # Started as tierload starts its own local Ray and as tests/conftest.py starts the session's:
+        # no API server, autoscaler monitor or idle workers, processes with no part in an epoch
+        # (~3 CPU-s). Metrics stay on, as by default: the actor keeps its metrics connections.
+        from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config
+
+        with lean_local_ray(metrics=True):
+            ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     object_store_memory=100 * 2**20, log_to_driver=False, configure_logging=False,
+                     _system_config=local_ray_system_config(metrics=True))
         config = {"hot": {"dir": str(work / "hot")}, "warm": {"url": str(work / "warm")},
                   "manifest": {"cache_dir": str(work / "manifests")}}
         try:

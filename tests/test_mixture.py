@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections import Counter
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import tierload
+from tierload.config.loading import load_config
 from tierload.loader.dataset import TieredDataset
 from tierload.loader.mixture_sources import Source
 
@@ -25,17 +27,20 @@ from helpers import index_of, put_indexed_objects
 FILES, LINES, ROWS = 80, 20, 12
 
 
-@pytest.fixture
-def sources(bucket, s3, tmp_path):
-    """Three sources: raw files (S3, 80 samples), JSONL (file://, 20), .npy rows (S3, 12)."""
-    name, fs = bucket
+@pytest.fixture(scope="module")
+def sources(s3, tmp_path_factory):
+    """Three sources: raw files (S3, 80 samples), JSONL (file://, 20), .npy rows (S3, 12).
+
+    Written once for the module (every test only reads them): 81 PUTs to moto instead of 81 a test.
+    """
+    name = f"mixture-{os.getpid()}"
+    fs = s3.create_bucket(name)
     put_indexed_objects(fs, f"{name}/files", FILES, size=64)
     buffer = io.BytesIO()
     np.save(buffer, np.repeat(np.arange(ROWS, dtype=np.int64)[:, None], 4, axis=1))
     fs.pipe_file(f"{name}/rows/x.npy", buffer.getvalue())
     fs.invalidate_cache()
-    lines = tmp_path / "lines"
-    lines.mkdir()
+    lines = tmp_path_factory.mktemp("lines")
     (lines / "a.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(LINES)))
     options = s3.storage_options
     return [Source(f"s3://{name}/files", layout="files", storage_options=options),
@@ -65,26 +70,46 @@ def read_loader(dataset, workers: int, batch_size: int) -> list[tuple[int, int]]
     return [(source, local_id(sample, source)) for batch in loader for sample, _, source in batch]
 
 
-@pytest.fixture
-def mixtures(tier_config, ray_session):
+@pytest.fixture(scope="module")
+def shared_tiers(tmp_path_factory, ray_session):
+    """One deployment (node cache and coordinator) for the module's mixtures, whose tests check
+    orders and samples, never what the tiers held before them: ~1.5 CPU-s saved per test."""
     from tierload.deploy.runtime import stop_actors
 
-    made = []
+    root = tmp_path_factory.mktemp("mixture-tiers")
+    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "64MiB"},
+                          "warm": {"url": str(root / "warm"), "capacity_bytes": "64MiB"},
+                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+    yield config
+    stop_actors(config)
+
+
+@pytest.fixture
+def mixtures(shared_tiers):
+    def make(sources, **kwargs):
+        return TieredDataset(sources, shared_tiers, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def own_tiers_mixtures(tier_config, ray_session):
+    """Mixtures on a deployment of this test's own, for a test that counts the node cache's streams."""
+    from tierload.deploy.runtime import stop_actors
+
+    config = tier_config()
 
     def make(sources, **kwargs):
-        dataset = TieredDataset(sources, tier_config(), **kwargs)
-        made.append(dataset)
-        return dataset
+        return TieredDataset(sources, config, **kwargs)
 
     yield make
-    for config in {id(d.config): d.config for d in made}.values():
-        stop_actors(config)
+    stop_actors(config)
 
 
-def test_two_sources_70_30_over_two_ranks_and_two_workers(sources, mixtures):
+def test_two_sources_70_30_over_two_ranks_and_two_workers(sources, own_tiers_mixtures):
     two = [Source(sources[0].url, 0.7, "files", storage_options=sources[0].storage_options),
            Source(sources[1].url, 0.3, "jsonl")]
-    ranks = [mixtures(two, rank=rank, world_size=2, batch_size=4, seed=7) for rank in range(2)]
+    ranks = [own_tiers_mixtures(two, rank=rank, world_size=2, batch_size=4, seed=7) for rank in range(2)]
     assert ranks[0]._mixture.counts(0).tolist() == [70, 30]  # 100 samples an epoch: 0.7 / 0.3 of them
     streams: list[list[int]] = [[], []]
     for epoch in range(2):

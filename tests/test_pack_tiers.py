@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from helpers import index_of, land_warm_writes
 from torch.utils.data import DataLoader
 
+from tierload.config.loading import load_config
 from tierload.frames.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.frames.checksum_key import local_key
 from tierload.wire.endpoint import ENDPOINT_FILE
@@ -119,6 +121,26 @@ def test_a_dataset_hands_its_node_cache_the_manifest_file_it_mapped(bucket, tier
     assert dataset._link.call(lambda cache: cache.register_dataset(elsewhere)) is False  # then the dataset sends the blocks
 
 
+@pytest.fixture(scope="module")
+def small_hot_tier(tmp_path_factory, s3, ray_session):
+    """``(hot_dir, make)``: a 1 MiB hot tier and no warm tier, one deployment for the two tests below
+    that need no tier of their own (~1.5 CPU-s a deployment saved); ``make`` is like
+    ``make_dataset``. Each reads its own bucket; the open-counting test counts only its own packs' files."""
+    from tierload.deploy.runtime import stop_actors
+    from tierload.loader.dataset import TieredDataset
+
+    root = tmp_path_factory.mktemp("pack-tiers-hot")
+    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
+                          "warm": {"url": None, "capacity_bytes": 0},
+                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0, **PACKS}})
+
+    def make(url, **kwargs):
+        return TieredDataset(url, config, storage_options=s3.storage_options, layout="files", **kwargs)
+
+    yield root / "hot", make
+    stop_actors(config)
+
+
 _opened: list[str] | None = None  # paths opened while a test records (an audit hook stays for the process)
 
 
@@ -127,7 +149,7 @@ def _record_opens(event: str, args: tuple) -> None:
         _opened.append(os.fspath(args[0]))
 
 
-def test_a_hot_pack_is_opened_once_for_all_of_its_samples(bucket, tier_config, make_dataset, tmp_path):
+def test_a_hot_pack_is_opened_once_for_all_of_its_samples(bucket, small_hot_tier):
     """A hot epoch (block-aware shuffle, the default) opens each pack's file once, not once per
     sample: its samples are slices of that one read. Counted with Python's ``open`` audit event."""
     import sys
@@ -135,7 +157,8 @@ def test_a_hot_pack_is_opened_once_for_all_of_its_samples(bucket, tier_config, m
     global _opened
     name, fs = bucket
     payloads = _put_with_an_empty_member(fs, f"{name}/ds", 40)
-    dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None, manifest=PACKS), layout="files")
+    hot_dir, make_dataset = small_hot_tier
+    dataset = make_dataset(f"s3://{name}/ds")
     assert _epoch(dataset, 0) == (payloads, 1)  # fills the hot tier
     sys.addaudithook(_record_opens)
     _opened = []
@@ -143,7 +166,7 @@ def test_a_hot_pack_is_opened_once_for_all_of_its_samples(bucket, tier_config, m
         assert _epoch(dataset, 1) == (payloads, 1)
         # Control files are dot-files (the checksum key's copy, the endpoint the cache keeper reads
         # every few seconds): only the block files count.
-        hot_opens = [path for path in _opened if path.startswith(str(tmp_path / "hot"))
+        hot_opens = [path for path in _opened if path.startswith(str(hot_dir))
                      and not os.path.basename(path).startswith(".")]
     finally:
         _opened = None
@@ -152,19 +175,18 @@ def test_a_hot_pack_is_opened_once_for_all_of_its_samples(bucket, tier_config, m
     assert sorted(os.path.basename(path) for path in hot_opens) == sorted(keys)  # 41 samples, one open per pack
 
 
-def test_sample_shuffle_over_packs_is_warned_about_and_block_aware_shuffle_is_not(bucket, tier_config, make_dataset,
-                                                                                   caplog):
+def test_sample_shuffle_over_packs_is_warned_about_and_block_aware_shuffle_is_not(bucket, small_hot_tier, caplog):
     """docs/packs.md: sample-level shuffle reads a pack again for most samples once it leaves the
     decoded window; a dataset asked for it says so."""
     import logging
 
     name, fs = bucket
     payloads = _put_with_an_empty_member(fs, f"{name}/ds", 40)
-    config = tier_config(hot="1MiB", warm=None, manifest=PACKS)
+    _hot_dir, make_dataset = small_hot_tier
     with caplog.at_level(logging.WARNING, logger="tierload.loader.dataset"):
-        block_aware = make_dataset(f"s3://{name}/ds", config, layout="files")
+        block_aware = make_dataset(f"s3://{name}/ds")
         assert not [r for r in caplog.records if "shuffle='sample'" in r.getMessage()]
-        sample = make_dataset(f"s3://{name}/ds", config, layout="files", shuffle="sample")
+        sample = make_dataset(f"s3://{name}/ds", shuffle="sample")
     warned = [r.getMessage() for r in caplog.records if "shuffle='sample'" in r.getMessage()]
     assert len(warned) == 1 and f"over {sample.manifest.num_packs} packs" in warned[0]
     assert block_aware.manifest.num_packs == sample.manifest.num_packs >= 4

@@ -15,6 +15,7 @@ import torch
 from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader, DistributedSampler, WeightedRandomSampler
 
+from tierload.config.loading import load_config
 from tierload.data.runs import counted_runs
 from tierload.errors import ConfigError, SampleIndexError, ServiceError
 from tierload.simulator.belady import min_hits
@@ -61,13 +62,36 @@ def test_a_weighted_sampler_with_replacement_is_planned_and_hits_as_often_as_bel
     assert stats["hot_hits"] == best.hits
 
 
+@pytest.fixture(scope="module")
+def small_hot_config(tmp_path_factory):
+    """A 1 MiB hot tier and no warm tier, the same tier directory for every test that asks for it:
+    they share one deployment instead of starting one each (~1.5 CPU-s a deployment). Each reads
+    its own bucket and checks orders and samples, never what the tier held before it."""
+    root = tmp_path_factory.mktemp("sampler-tiers")
+    return load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
+                        "warm": {"url": None, "capacity_bytes": 0},
+                        "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+
+
+@pytest.fixture(scope="module")
+def shared_dataset(s3, ray_session, small_hot_config):
+    """Like ``make_dataset``, on ``small_hot_config``'s deployment, which stops when the module ends."""
+    from tierload.deploy.runtime import stop_actors
+    from tierload.loader.dataset import TieredDataset
+
+    def make(url, **kwargs):
+        return TieredDataset(url, small_hot_config, storage_options=s3.storage_options, **kwargs)
+
+    yield make
+    stop_actors(small_hot_config)
+
+
 def test_each_epoch_iterates_the_sampler_again_after_its_set_epoch_and_workers_share_that_order(
-        bucket, tier_config, make_dataset):
+        bucket, shared_dataset):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 40, size=100)
     sampler = DistributedSampler(range(40), num_replicas=2, rank=1, shuffle=True, seed=5)
-    dataset = make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None), layout="files",
-                           sampler=sampler, batch_size=4)
+    dataset = shared_dataset(f"s3://{name}/ds", layout="files", sampler=sampler, batch_size=4)
     objects = {i: index_of(dataset[i][0]) for i in range(40)}
     seen = []
     for epoch in range(2):
@@ -82,26 +106,23 @@ def test_each_epoch_iterates_the_sampler_again_after_its_set_epoch_and_workers_s
 
 
 @pytest.mark.parametrize("indices, bad", [([0, 3, 12], 12), ([1, -1], -1)])
-def test_an_index_outside_the_dataset_names_itself_and_the_valid_range(bucket, tier_config, make_dataset,
-                                                                        indices, bad):
+def test_an_index_outside_the_dataset_names_itself_and_the_valid_range(bucket, shared_dataset, indices, bad):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 12, size=100)
     with pytest.raises(SampleIndexError, match=rf"sampler yielded index {bad} at position \d of epoch 0 .*"
                                                r"valid sample indices are 0 \.\. 11"):
-        make_dataset(f"s3://{name}/ds", tier_config(hot="1MiB", warm=None), layout="files", sampler=indices)
+        shared_dataset(f"s3://{name}/ds", layout="files", sampler=indices)
 
 
-def test_a_sampler_epoch_resumes_mid_epoch_with_exactly_the_rest(bucket, tier_config, make_dataset):
+def test_a_sampler_epoch_resumes_mid_epoch_with_exactly_the_rest(bucket, shared_dataset):
     """A sampler that gives the same sequence for the same epoch (DistributedSampler) resumes exactly:
     the resumed dataset iterates its own sampler for the state's epoch again."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 30, size=100)
-    config = tier_config(hot="1MiB", warm=None)
-
     def sampler():
         return DistributedSampler(range(30), num_replicas=1, rank=0, shuffle=True, seed=11)
 
-    first = make_dataset(f"s3://{name}/ds", config, layout="files", sampler=sampler())
+    first = shared_dataset(f"s3://{name}/ds", layout="files", sampler=sampler())
     first.set_epoch(2)
     iterator = iter(first)
     taken = [index_of(next(iterator)[0]) for _ in range(13)]
@@ -109,7 +130,7 @@ def test_a_sampler_epoch_resumes_mid_epoch_with_exactly_the_rest(bucket, tier_co
     iterator.close()
     assert state["epoch"] == 2 and state["shuffle"] == "sampler"
 
-    resumed = make_dataset(f"s3://{name}/ds", config, layout="files", sampler=sampler())
+    resumed = shared_dataset(f"s3://{name}/ds", layout="files", sampler=sampler())
     resumed.load_state_dict(state)
     rest = [index_of(sample) for sample, _ in resumed]
     reference = sampler()
@@ -117,7 +138,7 @@ def test_a_sampler_epoch_resumes_mid_epoch_with_exactly_the_rest(bucket, tier_co
     objects = {i: index_of(resumed[i][0]) for i in range(30)}
     assert taken + rest == [objects[i] for i in reference]
     # The sampler's sequence is each rank's own order: it cannot be split over another world size.
-    elsewhere = make_dataset(f"s3://{name}/ds", config, layout="files", sampler=sampler(), rank=0, world_size=2)
+    elsewhere = shared_dataset(f"s3://{name}/ds", layout="files", sampler=sampler(), rank=0, world_size=2)
     with pytest.raises(ConfigError, match="world size 1, this rank runs at 2.*sampler="):
         elsewhere.load_state_dict(state)
 

@@ -141,19 +141,43 @@ def _loader(dataset):
     return DataLoader(dataset, batch_size=4, num_workers=0, collate_fn=lambda batch: [item[0] for item in batch])
 
 
+@pytest.fixture(scope="module")
+def uncached_datasets(tmp_path_factory, ray_session):
+    """Factory for TieredDatasets with nothing cached (no hot or warm tier), all on one node cache.
+
+    The stores' epoch tests share this deployment (one node cache and coordinator process instead
+    of one per store, ~1.5 CPU-s each): with no tier every read goes to the store, and each
+    registration carries its own store's location and options, so no test sees another's data.
+    """
+    from tierload.deploy.runtime import stop_actors
+    from tierload.loader.dataset import TieredDataset
+
+    root = tmp_path_factory.mktemp("uncached")
+    tiers = {"hot": {"dir": str(root / "hot"), "capacity_bytes": 0}, "warm": {"url": None, "capacity_bytes": 0},
+             "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}}
+    configs = []
+
+    def make(url, storage_options):
+        config = load_config({**tiers, "cold": {"storage_options": storage_options}})
+        configs.append(config)
+        return TieredDataset(url, config, layout="files", storage_options=storage_options)
+
+    yield make
+    if configs:
+        stop_actors(configs[0])
+
+
 def test_an_epoch_through_tiered_dataset_gives_every_sample_exactly_and_a_changed_object_fails_it(
-        store, tier_config, make_dataset):
+        store, uncached_datasets):
     written = store.put_indexed("epoch", 10, size=256)
     # nothing cached: every read of both datasets goes to the store
-    config = tier_config(hot=0, warm=None, cold={"storage_options": store.storage_options})
-    dataset = make_dataset(f"{store.base}/epoch", config, layout="files", storage_options=store.storage_options)
+    dataset = uncached_datasets(f"{store.base}/epoch", store.storage_options)
     samples = [bytes(sample) for batch in _loader(dataset) for sample in batch]
     assert sorted(samples, key=index_of) == sorted(written.values(), key=index_of)
     changed = sorted(written)[3]
     time.sleep(0.01)
     store.put(changed.removeprefix(store.base + "/"), b"99999999" + bytes(248))
-    stale = make_dataset(f"{store.base}/epoch", config, layout="files",
-                         storage_options=store.storage_options)  # the cached manifest: the old version
+    stale = uncached_datasets(f"{store.base}/epoch", store.storage_options)  # the cached manifest: the old version
     with pytest.raises(SourceChangedError):
         [sample for batch in _loader(stale) for sample in batch]
 
