@@ -121,24 +121,28 @@ def make_dataset(s3, ray_session):
 
 @pytest.fixture(scope="module")
 def module_tier_config(ray_session, tmp_path_factory):
-    """Factory like ``tier_config`` whose configs the whole test module shares: the same arguments
-    give the same config, so the same deployment (node cache and coordinator actors, ~1.5 CPU-s of
-    actor start-up each time, measured on tests/test_dataset.py). For tests that read their own fresh
-    objects and assert per dataset (its samples, ``epoch_stats``); a test that looks into the tier
-    directories or at node-wide figures (``cache_stats``) keeps its own ``tier_config``. The
+    """Factory like ``tier_config`` whose tier directories the whole test module shares: the same tier
+    sizes (and the same sections other than ``manifest`` and ``cold``) name the same directories, so the
+    same deployment (node cache and coordinator actors, ~1.5 CPU-s of actor start-up each time, measured
+    on tests/test_dataset.py). ``manifest`` and ``cold`` may differ per call: they travel with each
+    dataset's own registration, as jobs with their own settings share a node's cache. For tests that
+    read their own fresh objects and assert per dataset (its samples, ``epoch_stats``); a test that needs
+    empty tiers, or looks at node-wide figures (``cache_stats``), keeps its own ``tier_config``. The
     deployments are stopped at the module's end."""
     from tierload.deploy.runtime import stop_actors
 
-    configs = {}
+    deployments = {}  # tier settings -> (root, the first config made there)
 
     def make(hot="64MiB", warm="64MiB", **sections):
-        key = repr((hot, warm, sorted(sections.items())))
-        if key not in configs:
-            configs[key] = _tiers_under(tmp_path_factory.mktemp("module-tiers"), hot, warm, **sections)
-        return configs[key]
+        tiers = repr((hot, warm, sorted((k, v) for k, v in sections.items() if k not in ("manifest", "cold"))))
+        if tiers not in deployments:
+            root = tmp_path_factory.mktemp("module-tiers")
+            deployments[tiers] = (root, _tiers_under(root, hot, warm, **sections))
+        root, first = deployments[tiers]
+        return _tiers_under(root, hot, warm, **sections) if sections else first
 
     yield make
-    for config in configs.values():
+    for _, config in deployments.values():
         stop_actors(config)
 
 

@@ -22,22 +22,21 @@ from cases_common import indices, proxied
 from faulty_s3 import FaultyS3
 from helpers import put_indexed_objects
 
-from tierload.config.loading import load_config
 from tierload.errors import CredentialsExpiredError
 from tierload.stores.cold.identity import identity_of
 from tierload.wire.messages import Endpoint, StreamPlan
 
 
-def test_b06_expired_credentials_are_refreshed_once_and_the_read_retried(s3, bucket, shared_tier_config,
-                                                                         shared_dataset):
+def test_b06_expired_credentials_are_refreshed_once_and_the_read_retried(s3, bucket, module_tier_config,
+                                                                         module_dataset):
     """B06: ExpiredToken on GetObject -> the provider is asked once more, the read is retried."""
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 50, size=100)
     rotating_credentials.log_path().unlink(missing_ok=True)
     with FaultyS3(s3.endpoint_url) as proxy:
         proxy.faults.expired_access_keys.add(rotating_credentials.EXPIRED)
-        config = shared_tier_config(cold={"credential_provider": "rotating_credentials:rotating"})
-        dataset = shared_dataset(f"s3://{name}/ds", config, layout="files", batch_size=5,
+        config = module_tier_config(cold={"credential_provider": "rotating_credentials:rotating"})
+        dataset = module_dataset(f"s3://{name}/ds", config, layout="files", batch_size=5,
                                storage_options=proxied(s3, proxy))
         assert sorted(indices(dataset, num_workers=2, batch_size=5)) == list(range(50))
         calls = [json.loads(line) for line in rotating_credentials.log_path().read_text().splitlines()]
@@ -50,13 +49,13 @@ def test_b06_expired_credentials_are_refreshed_once_and_the_read_retried(s3, buc
         assert len(rotating_credentials.log_path().read_text().splitlines()) == len(calls)
 
 
-def test_b06_a_second_expiry_reaches_the_user(s3, bucket, shared_tier_config, shared_dataset):
+def test_b06_a_second_expiry_reaches_the_user(s3, bucket, module_tier_config, module_dataset):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", 3, size=100)
     with FaultyS3(s3.endpoint_url) as proxy:
         proxy.faults.expired_access_keys.add(rotating_credentials.EXPIRED)
-        config = shared_tier_config(cold={"credential_provider": "rotating_credentials:always_expired"})
-        dataset = shared_dataset(f"s3://{name}/ds", config, layout="files", storage_options=proxied(s3, proxy))
+        config = module_tier_config(cold={"credential_provider": "rotating_credentials:always_expired"})
+        dataset = module_dataset(f"s3://{name}/ds", config, layout="files", storage_options=proxied(s3, proxy))
         with pytest.raises(CredentialsExpiredError):
             indices(dataset)
 
@@ -105,40 +104,8 @@ def test_b07_the_amazonaws_guard_refuses_in_every_kind_of_process(amazonaws_guar
     assert len(refused) == 3 and len({e["pid"] for e in refused}) == 3 and {e["host"] for e in refused} == {host}
 
 
-@pytest.fixture(scope="module")
-def shared_tier_config(tmp_path_factory):
-    """Like tests/conftest.py's ``tier_config`` (default tiers), but every config names the same tier
-    directories: the module's dataset tests share one deployment instead of starting one each (~1.5
-    CPU-s a deployment). Each reads its own bucket, through its own registration's location, which
-    carries its options and its ``cold.credential_provider``."""
-    root = tmp_path_factory.mktemp("cases-tiers")
-
-    def make(**sections):
-        data = {"hot": {"dir": str(root / "hot"), "capacity_bytes": "64MiB"},
-                "warm": {"url": str(root / "warm"), "capacity_bytes": "64MiB"},
-                "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}}
-        for key, value in sections.items():
-            data.setdefault(key, {}).update(value)
-        return load_config(data)
-    return make
-
-
-@pytest.fixture(scope="module")
-def shared_dataset(s3, ray_session, shared_tier_config):
-    """Like ``make_dataset``, for configs of ``shared_tier_config``: their deployment stops when the module ends."""
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
-    def make(url, config, **kwargs):
-        kwargs.setdefault("storage_options", s3.storage_options)
-        return TieredDataset(url, config, **kwargs)
-
-    yield make
-    stop_actors(shared_tier_config())
-
-
 @pytest.mark.parametrize("how", ["kwarg", "storage_options", "env"])
-def test_b07_the_endpoint_reaches_every_process(s3, bucket, shared_tier_config, shared_dataset, monkeypatch, how,
+def test_b07_the_endpoint_reaches_every_process(s3, bucket, module_tier_config, module_dataset, monkeypatch, how,
                                                amazonaws_guard):
     """B07: however the endpoint is given, every reader (spawned workers, the node cache actor)
     goes to it; every one of them runs under the amazonaws.com resolution guard, which logs no
@@ -150,15 +117,15 @@ def test_b07_the_endpoint_reaches_every_process(s3, bucket, shared_tier_config, 
     for variable in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(variable, raising=False)
     if how == "kwarg":
-        dataset = shared_dataset(f"s3://{name}/ds", shared_tier_config(cold={"region": "eu-west-3"}),
+        dataset = module_dataset(f"s3://{name}/ds", module_tier_config(cold={"region": "eu-west-3"}),
                                endpoint_url=s3.endpoint_url, storage_options=credentials, **kwargs)
     elif how == "storage_options":
         options = {**credentials, "client_kwargs": {"endpoint_url": s3.endpoint_url, "region_name": "eu-west-3"}}
-        dataset = shared_dataset(f"s3://{name}/ds", shared_tier_config(), storage_options=options, **kwargs)
+        dataset = module_dataset(f"s3://{name}/ds", module_tier_config(), storage_options=options, **kwargs)
     else:
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
         monkeypatch.setenv("AWS_REGION", "eu-west-3")
-        dataset = shared_dataset(f"s3://{name}/ds", shared_tier_config(), storage_options=credentials, **kwargs)
+        dataset = module_dataset(f"s3://{name}/ds", module_tier_config(), storage_options=credentials, **kwargs)
     shipped = dataset._cold.storage_options["client_kwargs"]
     assert shipped["endpoint_url"] == s3.endpoint_url and shipped["region_name"] == "eu-west-3"
     # Spawned workers start from a clean interpreter: nothing reaches them but the pickled dataset.
@@ -183,7 +150,7 @@ def _single_reader(endpoint: Endpoint, stream_id: str, plan: StreamPlan, key: st
     return hashlib.sha256(data).hexdigest()
 
 
-def test_b10_eight_processes_one_cold_fetch(s3, bucket, shared_tier_config, shared_dataset):
+def test_b10_eight_processes_one_cold_fetch(s3, bucket, module_tier_config, module_dataset):
     """B10: 8 processes ask for one 8 MiB object at staggered times while S3 is slow: one GET,
     every reader gets the exact bytes, and the hot file is only ever complete."""
     name, fs = bucket
@@ -191,7 +158,7 @@ def test_b10_eight_processes_one_cold_fetch(s3, bucket, shared_tier_config, shar
     fs.pipe_file(f"{name}/big/one.bin", payload)
     with FaultyS3(s3.endpoint_url) as proxy:
         proxy.faults.slow_chunk_s = 0.01  # ~1.3 s for the whole object
-        dataset = shared_dataset(f"s3://{name}/big", shared_tier_config(), layout="files",
+        dataset = module_dataset(f"s3://{name}/big", module_tier_config(), layout="files",
                                storage_options=proxied(s3, proxy))
         block = dataset.manifest.blocks[0]
         plan = StreamPlan(dataset_id=dataset.manifest.dataset_id, epoch=0, seq=[0], consume_len=1,

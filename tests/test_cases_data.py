@@ -9,13 +9,12 @@ Everything is real: moto's S3 server over HTTP, a local Ray, real directories.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from cases_common import collect_raw, indices
 from helpers import land_warm_writes, put_indexed_objects
 from torch.utils.data import DataLoader
-
-from tierload.config.loading import load_config
 
 
 def _parquet(columns: dict, row_group_size: int) -> bytes:
@@ -30,24 +29,16 @@ def _parquet(columns: dict, row_group_size: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def shared_tiers(tmp_path_factory, s3, ray_session):
+def shared_tiers(module_tier_config, module_dataset):
     """``(tier_root, make)``: a 1 MiB hot and a 1 MiB warm tier under ``tier_root``, one
     deployment for B09, B16 and B17 instead of one each (~1.5 CPU-s a deployment); ``make`` is like
     ``make_dataset``. Each test reads its own bucket and looks at tier files by its own block keys
     (B09) or checks every file in the tiers (B16, whose check holds for all of them)."""
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
-    root = tmp_path_factory.mktemp("cases-data-tiers")
-    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
-                          "warm": {"url": str(root / "warm"), "capacity_bytes": "1MiB"},
-                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+    config = module_tier_config(hot="1MiB", warm="1MiB")
 
     def make(url, **kwargs):
-        return TieredDataset(url, config, storage_options=s3.storage_options, **kwargs)
-
-    yield root, make
-    stop_actors(config)
+        return module_dataset(url, config, **kwargs)
+    return Path(config.hot.dir).parent, make
 
 
 def test_b09_a_parquet_file_rewritten_with_another_schema_is_served_new_from_every_tier(

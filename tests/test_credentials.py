@@ -54,24 +54,15 @@ def profile_only(tmp_path, monkeypatch, faulty_s3):
 
 
 @pytest.fixture(scope="module")
-def shared_dataset(tmp_path_factory, ray_session):
+def shared_dataset(module_tier_config, module_dataset):
     """Like ``make_dataset`` with ``tier_config(warm=None)``, on one deployment for the module's two
     dataset tests instead of one each (~1.5 CPU-s a deployment). Each reads its own bucket through
     its own proxy; the credentials travel in each dataset's registration, not in the deployment."""
-    from tierload.config.loading import load_config
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
-    root = tmp_path_factory.mktemp("credentials-tiers")
-    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "64MiB"},
-                          "warm": {"url": None, "capacity_bytes": 0},
-                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+    config = module_tier_config(warm=None)
 
     def make(url, **kwargs):
-        return TieredDataset(url, config, layout="files", **kwargs)
-
-    yield make
-    stop_actors(config)
+        return module_dataset(url, config, layout="files", **kwargs)
+    return make
 
 
 def test_a_profile_named_only_in_the_training_process_reaches_the_node_cache(

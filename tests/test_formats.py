@@ -15,13 +15,11 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 import torch
 from helpers import png_bytes
 from torch.utils.data import DataLoader
 
 from tierload import collate
-from tierload.config.loading import load_config
 from tierload.data.layouts.webdataset import split_name, walk_members
 from tierload.data.order import epoch_order
 
@@ -102,39 +100,7 @@ def test_tar_walker_handles_pax_and_long_names():
     assert split_name("a/.hidden") is None
 
 
-@pytest.fixture(scope="module")
-def shared_tier_config(tmp_path_factory):
-    """Like tests/conftest.py's ``tier_config`` (default tiers), but every config names the same tier
-    directories: the format tests that need no tier sizes of their own share one deployment instead
-    of starting one each (~1.5 CPU-s a deployment). Each reads its own bucket; manifest settings stay
-    per test (the dataset builds its manifest), cold and tier settings are the defaults for all."""
-    root = tmp_path_factory.mktemp("formats-tiers")
-
-    def make(**sections):
-        data = {"hot": {"dir": str(root / "hot"), "capacity_bytes": "64MiB"},
-                "warm": {"url": str(root / "warm"), "capacity_bytes": "64MiB"},
-                "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}}
-        for key, value in sections.items():
-            data.setdefault(key, {}).update(value)
-        return load_config(data)
-    return make
-
-
-@pytest.fixture(scope="module")
-def shared_dataset(s3, ray_session, shared_tier_config):
-    """Like ``make_dataset``, for configs of ``shared_tier_config``: their deployment stops when the module ends."""
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
-    def make(url, config, **kwargs):
-        kwargs.setdefault("storage_options", s3.storage_options)
-        return TieredDataset(url, config, **kwargs)
-
-    yield make
-    stop_actors(shared_tier_config())
-
-
-def test_npy_rows_are_samples_and_large_files_become_row_range_blocks(bucket, shared_tier_config, shared_dataset):
+def test_npy_rows_are_samples_and_large_files_become_row_range_blocks(bucket, module_tier_config, module_dataset):
     name, fs = bucket
     images = np.arange(50 * 3 * 4, dtype=np.float32).reshape(50, 3, 4)
     ids = np.arange(1000, 1030, dtype=">i8")  # big-endian on purpose
@@ -143,7 +109,7 @@ def test_npy_rows_are_samples_and_large_files_become_row_range_blocks(bucket, sh
         np.save(buffer, array)
         fs.pipe_file(f"{name}/npy/{key}", buffer.getvalue())
     fs.invalidate_cache()
-    dataset = shared_dataset(f"s3://{name}/npy", shared_tier_config(manifest={"block_bytes": 480}), batch_size=8)
+    dataset = module_dataset(f"s3://{name}/npy", module_tier_config(manifest={"block_bytes": 480}), batch_size=8)
     manifest = dataset.manifest
     assert manifest.layout == "npy" and manifest.num_samples == 80
     assert all(b.length <= 480 for b in manifest.blocks) and len(manifest.blocks) == 5 + 1
@@ -158,7 +124,7 @@ def test_npy_rows_are_samples_and_large_files_become_row_range_blocks(bucket, sh
     assert sorted(int(s) for s in scalars) == list(range(1000, 1030))
 
 
-def test_parquet_rows_with_column_selection(bucket, shared_tier_config, shared_dataset):
+def test_parquet_rows_with_column_selection(bucket, module_tier_config, module_dataset):
     name, fs = bucket
     vec = pa.list_(pa.field("item", pa.float64(), nullable=False))  # B46: non-nullable elements decode to tensors
     table = pa.table({"x": list(range(60)), "vec": pa.array([[float(i)] * 3 for i in range(60)], type=vec),
@@ -168,7 +134,7 @@ def test_parquet_rows_with_column_selection(bucket, shared_tier_config, shared_d
     fs.pipe_file(f"{name}/pq/part-0.parquet", buffer.getvalue())
     fs.pipe_file(f"{name}/pq/_SUCCESS", b"")  # B18: a marker is excluded
     fs.invalidate_cache()
-    dataset = shared_dataset(f"s3://{name}/pq", shared_tier_config(), columns=["x", "vec"], batch_size=5)
+    dataset = module_dataset(f"s3://{name}/pq", module_tier_config(), columns=["x", "vec"], batch_size=5)
     assert len(dataset.manifest.blocks) == 4  # one byte-range block per row group
     seen = []
     for rows, labels in DataLoader(dataset, batch_size=5, collate_fn=collate):
@@ -178,7 +144,7 @@ def test_parquet_rows_with_column_selection(bucket, shared_tier_config, shared_d
     assert sorted(seen) == list(range(60))
 
 
-def test_image_folder_reads_png_and_jpeg(bucket, shared_tier_config, shared_dataset):
+def test_image_folder_reads_png_and_jpeg(bucket, module_tier_config, module_dataset):
     from PIL import Image
 
     name, fs = bucket
@@ -188,7 +154,7 @@ def test_image_folder_reads_png_and_jpeg(bucket, shared_tier_config, shared_data
         Image.fromarray(np.full((6, 6, 3), 200, dtype=np.uint8)).save(jpeg, format="JPEG")
         fs.pipe_file(f"{name}/img/dog/{i}.jpg", jpeg.getvalue())
     fs.invalidate_cache()
-    dataset = shared_dataset(f"s3://{name}/img", shared_tier_config())
+    dataset = module_dataset(f"s3://{name}/img", module_tier_config())
     got = Counter()
     for image, label in dataset:
         got[(dataset.classes[label], tuple(image.shape))] += 1

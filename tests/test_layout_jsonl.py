@@ -12,7 +12,6 @@ import json
 import pytest
 import zstandard
 
-from tierload.config.loading import load_config
 from tierload.errors import BadLineError
 
 BLOCK = 200  # bytes: far smaller than the files, so cuts fall inside lines
@@ -41,39 +40,7 @@ def read_all(dataset) -> list:
     return got
 
 
-@pytest.fixture(scope="module")
-def shared_tier_config(tmp_path_factory):
-    """Like tests/conftest.py's ``tier_config`` (default tiers), but every config names the same tier
-    directories: the module's datasets share one deployment instead of starting one each (~1.5 CPU-s
-    a deployment). Each reads its own bucket or directory; the manifest settings (block cuts, bad
-    lines), which the dataset applies, stay per test."""
-    root = tmp_path_factory.mktemp("jsonl-tiers")
-
-    def make(**sections):
-        data = {"hot": {"dir": str(root / "hot"), "capacity_bytes": "64MiB"},
-                "warm": {"url": str(root / "warm"), "capacity_bytes": "64MiB"},
-                "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}}
-        for key, value in sections.items():
-            data.setdefault(key, {}).update(value)
-        return load_config(data)
-    return make
-
-
-@pytest.fixture(scope="module")
-def shared_dataset(s3, ray_session, shared_tier_config):
-    """Like ``make_dataset``, for configs of ``shared_tier_config``: their deployment stops when the module ends."""
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
-    def make(url, config, **kwargs):
-        kwargs.setdefault("storage_options", s3.storage_options)
-        return TieredDataset(url, config, **kwargs)
-
-    yield make
-    stop_actors(shared_tier_config())
-
-
-def test_jsonl_records_are_exact_across_block_cuts(bucket, shared_tier_config, shared_dataset):
+def test_jsonl_records_are_exact_across_block_cuts(bucket, module_tier_config, module_dataset):
     name, fs = bucket
     first, second = records(60), records(45, start=60)
     texts = {"a.jsonl": jsonl_text(first), "b.jsonl": jsonl_text(second) + b"\n"}
@@ -81,7 +48,7 @@ def test_jsonl_records_are_exact_across_block_cuts(bucket, shared_tier_config, s
         fs.pipe_file(f"{name}/corpus/{key}", text)
     fs.pipe_file(f"{name}/corpus/README.md", b"# not a record")
     fs.invalidate_cache()
-    dataset = shared_dataset(f"s3://{name}/corpus", shared_tier_config(manifest={"block_bytes": BLOCK}), layout="jsonl")
+    dataset = module_dataset(f"s3://{name}/corpus", module_tier_config(manifest={"block_bytes": BLOCK}), layout="jsonl")
     manifest = dataset.manifest
     assert "not a .jsonl" in manifest.skipped[f"s3://{name}/corpus/README.md"]
     assert manifest.num_samples == 105
@@ -99,26 +66,26 @@ def test_jsonl_records_are_exact_across_block_cuts(bucket, shared_tier_config, s
     assert dataset.epoch_stats(0)["cold_bytes"] == manifest.total_bytes
 
 
-def test_text_lines_are_raw_bytes_across_cuts(tmp_path, shared_tier_config, shared_dataset):
+def test_text_lines_are_raw_bytes_across_cuts(tmp_path, module_tier_config, module_dataset):
     source = tmp_path / "text"
     source.mkdir()
     lines = [f"line {i} ".encode() + b"y" * ((i * 53) % 500) for i in range(80)]
     (source / "part.txt").write_bytes(b"\n".join(lines) + b"\n")
-    dataset = shared_dataset(f"file://{source}", shared_tier_config(manifest={"block_bytes": BLOCK}), layout="lines",
+    dataset = module_dataset(f"file://{source}", module_tier_config(manifest={"block_bytes": BLOCK}), layout="lines",
                            storage_options={})
     assert len(dataset.manifest.blocks) > 10
     assert sorted(read_all(dataset)) == sorted(lines)
 
 
 @pytest.mark.parametrize("codec", ["zst", "gz"])
-def test_compressed_jsonl_is_one_block_per_file(tmp_path, shared_tier_config, shared_dataset, codec):
+def test_compressed_jsonl_is_one_block_per_file(tmp_path, module_tier_config, module_dataset, codec):
     source = tmp_path / f"compressed-{codec}"
     source.mkdir()
     compress = zstandard.ZstdCompressor().compress if codec == "zst" else gzip.compress
     shards = [records(40), records(30, start=40)]
     for index, rows in enumerate(shards):
         (source / f"shard-{index}.jsonl.{codec}").write_bytes(compress(jsonl_text(rows)))
-    dataset = shared_dataset(f"file://{source}", shared_tier_config(manifest={"block_bytes": BLOCK}), layout="jsonl",
+    dataset = module_dataset(f"file://{source}", module_tier_config(manifest={"block_bytes": BLOCK}), layout="jsonl",
                            storage_options={})
     manifest = dataset.manifest
     assert manifest.num_samples == 70
@@ -136,21 +103,21 @@ def bad_corpus(fs, prefix: str) -> tuple[list[dict], int]:
     return rows, 31
 
 
-def test_a_bad_line_is_an_error_naming_file_and_line(bucket, shared_tier_config, shared_dataset):
+def test_a_bad_line_is_an_error_naming_file_and_line(bucket, module_tier_config, module_dataset):
     name, fs = bucket
     _rows, line = bad_corpus(fs, f"{name}/bad")
-    dataset = shared_dataset(f"s3://{name}/bad", shared_tier_config(manifest={"block_bytes": BLOCK}), shuffle=False)
+    dataset = module_dataset(f"s3://{name}/bad", module_tier_config(manifest={"block_bytes": BLOCK}), shuffle=False)
     assert dataset.manifest.num_samples == 51  # counted as a record: found when its block is decoded
     with pytest.raises(BadLineError, match=rf"bad\.jsonl line {line} is not JSON.*on_bad_lines: skip") as caught:
         read_all(dataset)
     assert caught.value.line == line and caught.value.url == f"s3://{name}/bad/bad.jsonl"
 
 
-def test_skip_leaves_bad_lines_out_and_counts_them(bucket, shared_tier_config, shared_dataset):
+def test_skip_leaves_bad_lines_out_and_counts_them(bucket, module_tier_config, module_dataset):
     name, fs = bucket
     rows, line = bad_corpus(fs, f"{name}/skip")
-    config = shared_tier_config(manifest={"block_bytes": BLOCK, "on_bad_lines": "skip"})
-    dataset = shared_dataset(f"s3://{name}/skip", config)
+    config = module_tier_config(manifest={"block_bytes": BLOCK, "on_bad_lines": "skip"})
+    dataset = module_dataset(f"s3://{name}/skip", config)
     assert dataset.manifest.num_samples == 50
     assert dataset.manifest.extra["bad_lines"] == {f"s3://{name}/skip/bad.jsonl": [line]}
     assert sorted(read_all(dataset), key=lambda r: r["id"]) == rows

@@ -18,7 +18,6 @@ import pytest
 from torch.utils.data import DataLoader
 
 import tierload
-from tierload.config.loading import load_config
 from tierload.loader.dataset import TieredDataset
 from tierload.loader.mixture_sources import Source
 
@@ -71,17 +70,10 @@ def read_loader(dataset, workers: int, batch_size: int) -> list[tuple[int, int]]
 
 
 @pytest.fixture(scope="module")
-def shared_tiers(tmp_path_factory, ray_session):
+def shared_tiers(module_tier_config):
     """One deployment (node cache and coordinator) for the module's mixtures, whose tests check
     orders and samples, never what the tiers held before them: ~1.5 CPU-s saved per test."""
-    from tierload.deploy.runtime import stop_actors
-
-    root = tmp_path_factory.mktemp("mixture-tiers")
-    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "64MiB"},
-                          "warm": {"url": str(root / "warm"), "capacity_bytes": "64MiB"},
-                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
-    yield config
-    stop_actors(config)
+    return module_tier_config()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import pytest
 from helpers import index_of, land_warm_writes
 from torch.utils.data import DataLoader
 
-from tierload.config.loading import load_config
 from tierload.frames.blockfile import HEADER_SIZE, decode_frame, parse_header
 from tierload.frames.checksum_key import local_key
 from tierload.wire.endpoint import ENDPOINT_FILE
@@ -122,23 +121,15 @@ def test_a_dataset_hands_its_node_cache_the_manifest_file_it_mapped(bucket, tier
 
 
 @pytest.fixture(scope="module")
-def small_hot_tier(tmp_path_factory, s3, ray_session):
+def small_hot_tier(module_tier_config, module_dataset):
     """``(hot_dir, make)``: a 1 MiB hot tier and no warm tier, one deployment for the two tests below
     that need no tier of their own (~1.5 CPU-s a deployment saved); ``make`` is like
     ``make_dataset``. Each reads its own bucket; the open-counting test counts only its own packs' files."""
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
-    root = tmp_path_factory.mktemp("pack-tiers-hot")
-    config = load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
-                          "warm": {"url": None, "capacity_bytes": 0},
-                          "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0, **PACKS}})
+    config = module_tier_config(hot="1MiB", warm=None, manifest=PACKS)
 
     def make(url, **kwargs):
-        return TieredDataset(url, config, storage_options=s3.storage_options, layout="files", **kwargs)
-
-    yield root / "hot", make
-    stop_actors(config)
+        return module_dataset(url, config, layout="files", **kwargs)
+    return Path(config.hot.dir), make
 
 
 _opened: list[str] | None = None  # paths opened while a test records (an audit hook stays for the process)

@@ -13,7 +13,6 @@ import torch
 from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader
 
-from tierload.config.loading import load_config
 from tierload.config.models import ManifestConfig
 from tierload.data.manifest import build_manifest
 from tierload.data.order import worker_positions
@@ -38,47 +37,6 @@ def _samples(dataset, num_workers=0, batch_size=4) -> dict[int, bytes]:
             assert index not in got, f"sample {index} yielded twice"
             got[index] = bytes(sample)
     return got
-
-
-@pytest.fixture(scope="module")
-def shared_tier_config(tmp_path_factory):
-    """Like tests/conftest.py's ``tier_config``, but every config of one kind (the default tiers, or
-    no tier at all: ``hot=0, warm=None``) names the same tier directories, so the module's datasets
-    share two deployments instead of starting one each (~1.5 CPU-s a deployment). Each test reads
-    its own bucket or directory, so none sees another's blocks; the manifest settings stay per test."""
-    root = tmp_path_factory.mktemp("packs-tiers")
-    kinds = {("64MiB", "64MiB"): "cached", (0, None): "uncached"}
-
-    def make(hot="64MiB", warm="64MiB", **sections):
-        kind = root / kinds[(hot, warm)]
-        data = {"hot": {"dir": str(kind / "hot"), "capacity_bytes": hot},
-                "warm": {"url": str(kind / "warm") if warm is not None else None,
-                         "capacity_bytes": warm if warm is not None else 0},
-                "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}}
-        for key, value in sections.items():
-            data.setdefault(key, {}).update(value)
-        return load_config(data)
-    return make
-
-
-@pytest.fixture(scope="module")
-def shared_dataset(s3, ray_session):
-    """Like ``make_dataset``, for configs of ``shared_tier_config``: their deployments are stopped
-    once, when the module ends."""
-    from tierload.deploy.actors import deployment_id
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
-    deployments = {}
-
-    def make(url, config, **kwargs):
-        kwargs.setdefault("storage_options", s3.storage_options)
-        deployments.setdefault(deployment_id(config), config)
-        return TieredDataset(url, config, **kwargs)
-
-    yield make
-    for config in deployments.values():
-        stop_actors(config)
 
 
 def _info(size: int, name: str = "x") -> ObjectInfo:
@@ -125,15 +83,15 @@ def _put_mixed(fs, prefix: str) -> dict[int, bytes]:
     return payloads
 
 
-def test_packs_round_trip_exactly_over_s3_across_ranks_and_workers(bucket, shared_tier_config, shared_dataset):
+def test_packs_round_trip_exactly_over_s3_across_ranks_and_workers(bucket, module_tier_config, module_dataset):
     """Every sample's bytes equal the source's, with packs straddling the rank and worker splits."""
     name, fs = bucket
     payloads = _put_mixed(fs, f"{name}/ds")
-    config = shared_tier_config(manifest=PACKS)
+    config = module_tier_config(manifest=PACKS)
     empties = 0
     got: dict[int, bytes] = {}
     for rank in range(2):
-        dataset = shared_dataset(f"s3://{name}/ds", config, rank=rank, world_size=2, batch_size=4, layout="files",
+        dataset = module_dataset(f"s3://{name}/ds", config, rank=rank, world_size=2, batch_size=4, layout="files",
                                shuffle="none")
         manifest = dataset.manifest
         assert manifest.num_packs >= 4 and len(manifest.blocks) < manifest.num_samples
@@ -153,7 +111,7 @@ def test_packs_round_trip_exactly_over_s3_across_ranks_and_workers(bucket, share
     assert empties == 1 and got == payloads
 
 
-def test_packs_round_trip_exactly_over_file_urls(ray_session, shared_tier_config, shared_dataset, tmp_path):
+def test_packs_round_trip_exactly_over_file_urls(ray_session, module_tier_config, module_dataset, tmp_path):
     source = tmp_path / "src"
     payloads = {}
     for index in range(40):
@@ -161,7 +119,7 @@ def test_packs_round_trip_exactly_over_file_urls(ray_session, shared_tier_config
         folder.mkdir(parents=True, exist_ok=True)
         payloads[index] = f"{index:08d}".encode() + os.urandom(300 + 50 * index)
         (folder / f"obj-{index:06d}.bin").write_bytes(payloads[index])
-    dataset = shared_dataset(f"file://{source}", shared_tier_config(manifest=PACKS), layout="files", storage_options={})
+    dataset = module_dataset(f"file://{source}", module_tier_config(manifest=PACKS), layout="files", storage_options={})
     assert dataset.manifest.num_packs >= 3
     for epoch in range(2):  # cold, then hot
         dataset.set_epoch(epoch)
@@ -169,24 +127,24 @@ def test_packs_round_trip_exactly_over_file_urls(ray_session, shared_tier_config
     assert dataset.epoch_stats(1)["cold_gets"] == 0
 
 
-def test_a_changed_member_fails_its_pack_until_the_manifest_is_refreshed(bucket, shared_tier_config, shared_dataset):
+def test_a_changed_member_fails_its_pack_until_the_manifest_is_refreshed(bucket, module_tier_config, module_dataset):
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 24, size=600)
-    config = shared_tier_config(hot=0, warm=None, manifest=PACKS)
-    first = shared_dataset(f"s3://{name}/ds", config, layout="files")
+    config = module_tier_config(hot=0, warm=None, manifest=PACKS)
+    first = module_dataset(f"s3://{name}/ds", config, layout="files")
     assert first.manifest.num_packs >= 2
     assert _samples(first) == dict(enumerate(payloads))
     fs.pipe_file(f"{name}/ds/0/obj-000005.bin", b"00000005changed")
     fs.invalidate_cache()
-    stale = shared_dataset(f"s3://{name}/ds", config, layout="files")  # cached manifest, old ETag
+    stale = module_dataset(f"s3://{name}/ds", config, layout="files")  # cached manifest, old ETag
     with pytest.raises(SourceChangedError):
         _samples(stale)
-    fresh = shared_dataset(f"s3://{name}/ds", config, layout="files", refresh_manifest=True)
+    fresh = module_dataset(f"s3://{name}/ds", config, layout="files", refresh_manifest=True)
     assert {b.key for b in fresh.manifest.blocks} != {b.key for b in first.manifest.blocks}
     assert _samples(fresh) == {**dict(enumerate(payloads)), 5: b"00000005changed"}
 
 
-def test_imagefolder_packs_decode_every_image_with_its_class(bucket, shared_tier_config, shared_dataset):
+def test_imagefolder_packs_decode_every_image_with_its_class(bucket, module_tier_config, module_dataset):
     from helpers import png_bytes
 
     name, fs = bucket
@@ -194,7 +152,7 @@ def test_imagefolder_packs_decode_every_image_with_its_class(bucket, shared_tier
         for i in range(12):
             fs.pipe_file(f"{name}/pets/{label}/{i:02d}.png", png_bytes(i * 10 + (0 if label == "cat" else 1)))
     fs.invalidate_cache()
-    dataset = shared_dataset(f"s3://{name}/pets", shared_tier_config(manifest={"pack_target_bytes": "1KiB"}),
+    dataset = module_dataset(f"s3://{name}/pets", module_tier_config(manifest={"pack_target_bytes": "1KiB"}),
                              shuffle="none")
     assert dataset.manifest.layout == "imagefolder" and dataset.manifest.num_packs >= 2
     seen = set()
@@ -319,43 +277,43 @@ def test_mixed_packs_refer_to_listing_rows_and_the_file_holds_the_listing_once(t
     assert os.path.getsize(tmp_path / "m.arrow") < os.path.getsize(tmp_path / "n.arrow") + second_copy / 4
 
 
-def test_a_member_changed_to_the_same_size_fails_its_pack_by_its_etag(bucket, shared_tier_config, shared_dataset):
+def test_a_member_changed_to_the_same_size_fails_its_pack_by_its_etag(bucket, module_tier_config, module_dataset):
     """Only the ETag tells this change: the member keeps its size, so no length check can catch it."""
     name, fs = bucket
     payloads = put_indexed_objects(fs, f"{name}/ds", 24, size=600)
-    config = shared_tier_config(hot=0, warm=None, manifest=PACKS)
-    first = shared_dataset(f"s3://{name}/ds", config, layout="files")
+    config = module_tier_config(hot=0, warm=None, manifest=PACKS)
+    first = module_dataset(f"s3://{name}/ds", config, layout="files")
     assert first.manifest.num_packs >= 2
     same_size = b"00000007" + os.urandom(592)
     fs.pipe_file(f"{name}/ds/0/obj-000007.bin", same_size)
     fs.invalidate_cache()
-    stale = shared_dataset(f"s3://{name}/ds", config, layout="files")  # cached manifest, old ETag
+    stale = module_dataset(f"s3://{name}/ds", config, layout="files")  # cached manifest, old ETag
     with pytest.raises(SourceChangedError):
         _samples(stale)
-    fresh = shared_dataset(f"s3://{name}/ds", config, layout="files", refresh_manifest=True)
+    fresh = module_dataset(f"s3://{name}/ds", config, layout="files", refresh_manifest=True)
     assert _samples(fresh) == {**dict(enumerate(payloads)), 7: same_size}
 
 
-def test_a_local_member_rewritten_in_place_fails_its_pack_by_its_mtime(ray_session, shared_tier_config, shared_dataset,
+def test_a_local_member_rewritten_in_place_fails_its_pack_by_its_mtime(ray_session, module_tier_config, module_dataset,
                                                                         tmp_path):
     """``file://``: a member's version is its mtime and size; a same-size rewrite changes the mtime."""
     source = tmp_path / "src"
     source.mkdir()
     for index in range(40):
         (source / f"obj-{index:06d}.bin").write_bytes(f"{index:08d}".encode() + bytes(400))
-    config = shared_tier_config(hot=0, warm=None, manifest=PACKS)
-    first = shared_dataset(f"file://{source}", config, layout="files", storage_options={})
+    config = module_tier_config(hot=0, warm=None, manifest=PACKS)
+    first = module_dataset(f"file://{source}", config, layout="files", storage_options={})
     assert first.manifest.num_packs >= 2
     victim = source / "obj-000003.bin"
     before = victim.stat()
     victim.write_bytes(b"00000003" + os.urandom(400))
     os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # a second later, whatever the clock
-    stale = shared_dataset(f"file://{source}", config, layout="files", storage_options={})
+    stale = module_dataset(f"file://{source}", config, layout="files", storage_options={})
     with pytest.raises(SourceChangedError):
         _samples(stale)
 
 
-def test_a_zero_byte_file_inside_a_pack_over_file_urls(ray_session, shared_tier_config, shared_dataset, tmp_path):
+def test_a_zero_byte_file_inside_a_pack_over_file_urls(ray_session, module_tier_config, module_dataset, tmp_path):
     """``file://`` reads a zero-byte member as no bytes (no read past it, no shifted neighbour), cold and hot."""
     source = tmp_path / "src"
     source.mkdir()
@@ -364,8 +322,8 @@ def test_a_zero_byte_file_inside_a_pack_over_file_urls(ray_session, shared_tier_
         payloads[index] = f"{index:08d}".encode() + os.urandom(300 + 7 * index)
         (source / f"obj-{index:06d}.bin").write_bytes(payloads[index])
     (source / "obj-000010-empty.bin").write_bytes(b"")
-    config = shared_tier_config(manifest={**PACKS, "pack_order": "listing"})
-    dataset = shared_dataset(f"file://{source}", config, layout="files", storage_options={})
+    config = module_tier_config(manifest={**PACKS, "pack_order": "listing"})
+    dataset = module_dataset(f"file://{source}", config, layout="files", storage_options={})
     assert any(b.members is not None and 0 in b.members.sizes[1:-1] for b in dataset.manifest.blocks)
     for epoch in range(2):  # cold, then hot
         dataset.set_epoch(epoch)

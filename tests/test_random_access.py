@@ -101,28 +101,15 @@ LAYOUTS = ["files", "packed-files", "packed-imagefolder", "npy", "parquet", "web
 
 
 @pytest.fixture(scope="module")
-def layouts_deployment(s3, ray_session, tmp_path_factory):
+def layouts_deployment(module_tier_config):
     """``config(manifest settings)``: tiers (hot 4 MiB, no warm) whose one deployment, a node cache and a
     coordinator actor, every layout below reads through, as jobs with their own manifest settings share a
     node's cache. Each layout reads its own objects and counts its random reads as a difference, so it
     checks what a deployment of its own per layout did (~2 CPU-s of actor start-up each). Stopped at the
     module's end."""
-    from tierload.config.loading import load_config
-    from tierload.deploy.runtime import stop_actors
-
-    root = tmp_path_factory.mktemp("layout-tiers")
-    made = []
-
     def config(manifest: dict):
-        made.append(load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "4MiB"},
-                                 "warm": {"url": None, "capacity_bytes": 0},
-                                 "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0,
-                                              **manifest}}))
-        return made[-1]
-
-    yield config
-    if made:
-        stop_actors(made[0])  # one deployment: the hot directory and warm URL name it
+        return module_tier_config(hot="4MiB", warm=None, manifest=manifest)
+    return config
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -15,7 +15,6 @@ import torch
 from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader, DistributedSampler, WeightedRandomSampler
 
-from tierload.config.loading import load_config
 from tierload.data.runs import counted_runs
 from tierload.errors import ConfigError, SampleIndexError, ServiceError
 from tierload.simulator.belady import min_hits
@@ -63,27 +62,19 @@ def test_a_weighted_sampler_with_replacement_is_planned_and_hits_as_often_as_bel
 
 
 @pytest.fixture(scope="module")
-def small_hot_config(tmp_path_factory):
+def small_hot_config(module_tier_config):
     """A 1 MiB hot tier and no warm tier, the same tier directory for every test that asks for it:
     they share one deployment instead of starting one each (~1.5 CPU-s a deployment). Each reads
     its own bucket and checks orders and samples, never what the tier held before it."""
-    root = tmp_path_factory.mktemp("sampler-tiers")
-    return load_config({"hot": {"dir": str(root / "hot"), "capacity_bytes": "1MiB"},
-                        "warm": {"url": None, "capacity_bytes": 0},
-                        "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}})
+    return module_tier_config(hot="1MiB", warm=None)
 
 
 @pytest.fixture(scope="module")
-def shared_dataset(s3, ray_session, small_hot_config):
+def shared_dataset(module_dataset, small_hot_config):
     """Like ``make_dataset``, on ``small_hot_config``'s deployment, which stops when the module ends."""
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
     def make(url, **kwargs):
-        return TieredDataset(url, small_hot_config, storage_options=s3.storage_options, **kwargs)
-
-    yield make
-    stop_actors(small_hot_config)
+        return module_dataset(url, small_hot_config, **kwargs)
+    return make
 
 
 def test_each_epoch_iterates_the_sampler_again_after_its_set_epoch_and_workers_share_that_order(

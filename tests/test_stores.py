@@ -142,29 +142,17 @@ def _loader(dataset):
 
 
 @pytest.fixture(scope="module")
-def uncached_datasets(tmp_path_factory, ray_session):
+def uncached_datasets(module_tier_config, module_dataset):
     """Factory for TieredDatasets with nothing cached (no hot or warm tier), all on one node cache.
 
     The stores' epoch tests share this deployment (one node cache and coordinator process instead
     of one per store, ~1.5 CPU-s each): with no tier every read goes to the store, and each
     registration carries its own store's location and options, so no test sees another's data.
     """
-    from tierload.deploy.runtime import stop_actors
-    from tierload.loader.dataset import TieredDataset
-
-    root = tmp_path_factory.mktemp("uncached")
-    tiers = {"hot": {"dir": str(root / "hot"), "capacity_bytes": 0}, "warm": {"url": None, "capacity_bytes": 0},
-             "manifest": {"cache_dir": str(root / "manifests"), "pack_target_bytes": 0}}
-    configs = []
-
     def make(url, storage_options):
-        config = load_config({**tiers, "cold": {"storage_options": storage_options}})
-        configs.append(config)
-        return TieredDataset(url, config, layout="files", storage_options=storage_options)
-
-    yield make
-    if configs:
-        stop_actors(configs[0])
+        config = module_tier_config(hot=0, warm=None, cold={"storage_options": storage_options})
+        return module_dataset(url, config, layout="files", storage_options=storage_options)
+    return make
 
 
 def test_an_epoch_through_tiered_dataset_gives_every_sample_exactly_and_a_changed_object_fails_it(
