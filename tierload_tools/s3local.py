@@ -13,10 +13,27 @@ import time
 
 from tierload.errors import ServiceError
 
+# moto's dispatcher (moto 5) finds each request's service by listing its own package folder (an
+# isdir per service, ~150) and matching every service's URL patterns, twice per S3 request, under one
+# lock. The answer depends on the host string alone, so the server remembers it per host. Measured
+# (cpuacct, client and server, three interleaved pairs): 1,437 PUTs, a listing and 300 GETs
+# 8.9, 9.2, 10.9 -> 7.4, 7.7, 9.0 CPU-s.
 _SERVER = r"""
 import logging, sys
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 from moto.server import ThreadedMotoServer
+try:
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+    _backend_for_host, _backends = DomainDispatcherApplication.get_backend_for_host, {}
+
+    def _remembered_backend_for_host(self, host):
+        if host not in _backends:
+            _backends[host] = _backend_for_host(self, host)
+        return _backends[host]
+
+    DomainDispatcherApplication.get_backend_for_host = _remembered_backend_for_host
+except (ImportError, AttributeError):  # another moto: it dispatches as it does
+    pass
 server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
 server.start()
 print(server.get_host_and_port()[1], flush=True)

@@ -219,11 +219,18 @@ def upload(fs, jpegs: list[bytes], labels: list[int], bucket: str = BUCKET, pref
 
 
 # ------------------------------------------------------------------------------- decoding
+def decode_jpeg_array(data: bytes) -> np.ndarray:
+    """JPEG bytes -> uint8 array (3, H, W), C-contiguous, without importing torch: Ray Data's read
+    tasks decode with it in Ray workers, which would otherwise each import torch (~2 CPU-s) for a
+    transpose."""
+    with Image.open(io.BytesIO(data)) as opened:
+        image = opened if opened.mode == "RGB" else opened.convert("RGB")
+        array = np.asarray(image, dtype=np.uint8)
+    return np.ascontiguousarray(array.transpose(2, 0, 1))
+
+
 def decode_jpeg(data: bytes):
     """JPEG bytes -> uint8 tensor (3, H, W), the way tierload's image layout decodes."""
     import torch
 
-    with Image.open(io.BytesIO(data)) as opened:
-        image = opened if opened.mode == "RGB" else opened.convert("RGB")
-        array = np.asarray(image, dtype=np.uint8)
-    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+    return torch.from_numpy(decode_jpeg_array(data))

@@ -29,7 +29,7 @@ import numpy as np
 
 from tierload_tools.bench.contenders import Context
 from tierload_tools.bench.loop import run_epochs
-from tierload_tools.bench.workload import decode_jpeg
+from tierload_tools.bench.workload import decode_jpeg_array
 
 READ_CPUS = 0.25
 
@@ -54,7 +54,7 @@ def s3_filesystem(endpoint_url: str, credentials: dict):
 
 
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
-    return {"image": decode_jpeg(row["bytes"]).numpy(), "label": np.int64(row["path"].rsplit("/", 2)[-2])}
+    return {"image": decode_jpeg_array(row["bytes"]), "label": np.int64(row["path"].rsplit("/", 2)[-2])}
 
 
 def images(ctx: Context):
