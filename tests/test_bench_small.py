@@ -6,10 +6,22 @@ Moved from tests/test_bench.py unchanged (that module had grown past 450 lines).
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 
 # ----------------------------------------------------------------- smoke runs of the small workloads
+@contextlib.contextmanager
+def without_metrics():
+    """The contenders' own local Rays start without Ray's metrics agent (``metrics.enabled: false``, which
+    their processes inherit): these runs check samples and reports, not metrics, and the agent costs each
+    Ray start CPU (this module, cpuacct: 87.9 -> 79.5 CPU-s). tests/test_local_ray_footprint.py checks both."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TIERLOAD_METRICS__ENABLED", "false")
+        yield
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     """``run(workload)``: (options, result, out dir) of one 300-object run of a small-object workload
@@ -26,7 +38,8 @@ def small_run(tmp_path_factory):
             folder = tmp_path_factory.mktemp(workload)
             options = dataclasses.replace(SmallOptions.smoke(workload), count=300, classes=3,
                                           cache_dir=str(folder / "data"), size=4096 if workload == "small-s3" else 1024)
-            result = run_small(options, folder / "out", echo=lambda line: None, timeout_s=300)
+            with without_metrics():
+                result = run_small(options, folder / "out", echo=lambda line: None, timeout_s=300)
             runs[workload] = options, result, folder / "out"
         return runs[workload]
 
@@ -47,7 +60,8 @@ def test_small_workload_smoke(workload, tmp_path, small_run):
     if workload == "startup":  # does not use the count, and runs no other loader
         options = dataclasses.replace(SmallOptions.smoke(workload), count=500, cache_dir=str(tmp_path / "data"),
                                       size=1024, peers=False)
-        result, out = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=300), tmp_path / "out"
+        with without_metrics():
+            result, out = run_small(options, tmp_path / "out", echo=lambda line: None, timeout_s=300), tmp_path / "out"
     else:
         options, result, out = small_run(workload)
     paths = report.write(result, out)
