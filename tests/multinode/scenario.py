@@ -8,8 +8,9 @@ directories under ``WORKDIR/NAME``, so its own actors), with its ranks (by defau
 rank = node index, world size 3), and stops every tierload actor before the next one starts.
 Starting the cluster, the server and the training processes (``Trainer``: each scenario opens
 its own dataset in them and closes it at its end) once per run instead of once per scenario
-saves their start-up for every scenario but the first. Scenarios run in the order of ``ORDER`` whatever the
-command line's order: ``node_loss`` removes a node of the shared cluster, so it comes last.
+saves their start-up for every scenario but the first. Scenarios run in the order of ``ORDER``
+whatever the command line's order: ``node_loss`` removes a node of the shared cluster, so it comes
+last.
 """
 
 from __future__ import annotations
@@ -139,8 +140,8 @@ def start(shared: Shared, workdir: str, warm: bool, per_node_fraction: float, de
 
 def end(config: dict, trainers: list, wait: bool = True) -> None:
     """Close a scenario's datasets in its trainers, stop its actors, and (``wait``) wait until no
-    named actor is left, so
-    the next scenario on the shared cluster starts from a cluster without tierload actors."""
+    named actor is left, so the next scenario on the shared cluster starts from a cluster without
+    tierload actors."""
     from tierload.config.loading import load_config
     from tierload.deploy.runtime import stop_actors
 
