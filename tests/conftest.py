@@ -131,15 +131,14 @@ def module_tier_config(ray_session, tmp_path_factory):
     deployments are stopped at the module's end."""
     from tierload.deploy.runtime import stop_actors
 
-    deployments = {}  # tier settings -> (root, the first config made there)
+    deployments = {}  # tier settings -> (their root, a config that names the deployment, to stop it)
 
     def make(hot="64MiB", warm="64MiB", **sections):
         tiers = repr((hot, warm, sorted((k, v) for k, v in sections.items() if k not in ("manifest", "cold"))))
         if tiers not in deployments:
             root = tmp_path_factory.mktemp("module-tiers")
             deployments[tiers] = (root, _tiers_under(root, hot, warm, **sections))
-        root, first = deployments[tiers]
-        return _tiers_under(root, hot, warm, **sections) if sections else first
+        return _tiers_under(deployments[tiers][0], hot, warm, **sections)
 
     yield make
     for _, config in deployments.values():

@@ -25,16 +25,15 @@ from demo_data import write_npy_dataset  # noqa: E402
 
 
 @pytest.mark.parametrize("nproc, count, drop_last, workers", [(2, 23, False, 2), (3, 23, True, 1)])
-def test_torchrun_ranks_yield_equal_batches_and_every_sample_once(s3, ray_session, bucket, shared_configs, tmp_path,
-                                                                  nproc, count, drop_last, workers):
-    from tierload.loader.dataset import TieredDataset
-
+def test_torchrun_ranks_yield_equal_batches_and_every_sample_once(s3, ray_session, bucket, shared_configs,
+                                                                  module_dataset, tmp_path, nproc, count, drop_last,
+                                                                  workers):
     name, fs = bucket
     url = f"s3://{name}/ddp"
     write_npy_dataset(fs, url.removeprefix("s3://"), count, dim=4, files=2)
     config = shared_configs(block_bytes=64, hot="1MiB", warm=None)  # 4 rows per block
     # Lists once; the node cache the ranks join is this module's, so it outlives them.
-    owner = TieredDataset(url, config, storage_options=s3.storage_options)
+    owner = module_dataset(url, config)
     assert owner.manifest.layout == "npy" and owner.manifest.num_samples == count
     config_path = tmp_path / "tierload.yaml"
     config_path.write_text(yaml.safe_dump(config.to_dict()), encoding="utf-8")
@@ -83,18 +82,15 @@ def shared_configs(module_tier_config):
 
 
 @pytest.fixture
-def rows_dataset(s3, bucket, shared_configs):
+def rows_dataset(bucket, shared_configs, module_dataset):
     """``make(count, files, **kwargs)``: .npy rows whose first value is the row id."""
-    from tierload.loader.dataset import TieredDataset
-
     name, fs = bucket
 
     def make(count, files, block_rows=None, **kwargs):
         prefix = f"{name}/rows{count}x{files}"
         write_npy_dataset(fs, prefix, count, dim=2, files=files)
         block_bytes = block_rows * 8 if block_rows else None  # rows of two float32 values
-        return TieredDataset(f"s3://{prefix}", shared_configs(block_bytes), storage_options=s3.storage_options,
-                             **kwargs)
+        return module_dataset(f"s3://{prefix}", shared_configs(block_bytes), **kwargs)
     return make
 
 

@@ -35,15 +35,13 @@ def shared_config(module_tier_config):
 
 
 @pytest.fixture
-def make_rank(s3, bucket, shared_config):
-    from tierload.loader.dataset import TieredDataset
-
+def make_rank(bucket, shared_config, module_dataset):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", COUNT, size=64)
 
     def make(rank: int, world: int, **kwargs):
-        return TieredDataset(f"s3://{name}/ds", shared_config, layout="files", seed=3, batch_size=BATCH, rank=rank,
-                             world_size=world, storage_options=s3.storage_options, **kwargs)
+        return module_dataset(f"s3://{name}/ds", shared_config, layout="files", seed=3, batch_size=BATCH, rank=rank,
+                              world_size=world, **kwargs)
     return make
 
 

@@ -32,13 +32,10 @@ def shared_config(module_tier_config):
 
 
 @pytest.fixture
-def make(s3, bucket, shared_config):
-    from tierload.loader.dataset import TieredDataset
-
+def make(bucket, shared_config, module_dataset):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", COUNT, size=64)
-    return lambda **kwargs: TieredDataset(f"s3://{name}/ds", shared_config, layout="files", seed=0,
-                                          storage_options=s3.storage_options, **kwargs)
+    return lambda **kwargs: module_dataset(f"s3://{name}/ds", shared_config, layout="files", seed=0, **kwargs)
 
 
 def ids(batch) -> list[int]:

@@ -113,14 +113,11 @@ def layouts_deployment(module_tier_config):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_ds_i_is_exactly_what_iteration_yields_for_every_layout(s3, bucket, layouts_deployment, layout):
-    from tierload.loader.dataset import TieredDataset
-
+def test_ds_i_is_exactly_what_iteration_yields_for_every_layout(bucket, layouts_deployment, module_dataset, layout):
     name, fs = bucket
     layout_name, manifest = put_layout(fs, f"{name}/{layout}", layout)
     fs.invalidate_cache()
-    dataset = TieredDataset(f"s3://{name}/{layout}", layouts_deployment(manifest), layout=layout_name, shuffle=False,
-                            storage_options=s3.storage_options)
+    dataset = module_dataset(f"s3://{name}/{layout}", layouts_deployment(manifest), layout=layout_name, shuffle=False)
     random_reads = dataset.cache_stats()["counters"].get("random_reads", 0)  # the shared node cache's so far
     count = dataset.manifest.num_samples
     assert count >= 10

@@ -47,16 +47,13 @@ def shared_config(module_tier_config):
 
 
 @pytest.fixture
-def dataset_factory(s3, bucket, shared_config):
-    from tierload.loader.dataset import TieredDataset
-
+def dataset_factory(bucket, shared_config, module_dataset):
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/ds", COUNT, size=64)
 
     def make(**kwargs):
         kwargs.setdefault("batch_size", 1)
-        return TieredDataset(f"s3://{name}/ds", shared_config, layout="files", seed=0,
-                             storage_options=s3.storage_options, **kwargs)
+        return module_dataset(f"s3://{name}/ds", shared_config, layout="files", seed=0, **kwargs)
     return make
 
 
