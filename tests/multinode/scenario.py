@@ -289,6 +289,9 @@ def scenario_serve(shared: Shared, workdir: str) -> dict:
         names_after_job = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
         status = cli("status", "--json")
         table = cli("status")
+        # The job ends before `stop`: a job still running would take its node's cache over once the
+        # service's is gone (a joiner's keeper does, by design), and `left` would list that one.
+        ray.get([t.close.remote() for t in trainers], timeout=60)
         stopped = cli("stop")
         left = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
         return {"serve": [first, second], "actors": names, "actors_after_job": names_after_job, "job": job,
