@@ -1,11 +1,13 @@
 """tierload's own local Ray runs what tierload uses, and no more (issue 25, item 2).
 
 A child process starts the local Ray exactly as a training job does (no cluster configured):
-``node_endpoint`` starts Ray, the coordinator and this node's cache actor. It then lists every
-process of the Ray session (psutil: the children of the driver). Without metrics: no API server
-(``dashboard.py``), no autoscaler monitor, a minimal dashboard agent (no metrics agent) and no
-worker beyond the two actors' (Ray pre-starts one idle worker per CPU otherwise). With metrics
-asked for, the full agent runs and Ray's Prometheus endpoint carries the node cache's metrics.
+``node_endpoint`` starts Ray and this node's cache actor, and the coordinator only when there is a
+warm tier (one node on loopback has no peers; the coordinator owns the warm tier and the holder
+map). It then lists every process of the Ray session (psutil: the children of the driver).
+Without metrics: no API server (``dashboard.py``), no autoscaler monitor, a minimal dashboard
+agent (no metrics agent) and no worker beyond the actors' (Ray pre-starts one idle worker per CPU
+otherwise). With metrics asked for, the full agent runs and Ray's Prometheus endpoint carries the
+node cache's metrics.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ _CHILD = textwrap.dedent("""
     from tierload.deploy.runtime import node_endpoint, stop_actors
 
     metrics = sys.argv[2] == "metrics"
-    config = load_config({"hot": {"dir": sys.argv[1]}, "warm": {"url": None}, "ray": {"num_cpus": 2},
+    warm = {"url": sys.argv[1] + "-warm", "capacity_bytes": 2**20} if sys.argv[2] == "warm" else {"url": None}
+    config = load_config({"hot": {"dir": sys.argv[1]}, "warm": warm, "ray": {"num_cpus": 2},
                           "metrics": {"enabled": metrics, "export_interval_s": 0.5}}, environ={})
-    node_endpoint(config)  # starts the local Ray, the coordinator and this node's cache actor
+    node_endpoint(config)  # starts the local Ray, this node's cache actor and, with a warm tier, the coordinator
     exported = None
     if metrics:  # the node cache's hot-tier capacity gauge, on Ray's Prometheus endpoint
         port = [node["MetricsExportPort"] for node in ray.nodes() if node["Alive"]][0]
@@ -85,6 +88,11 @@ def test_the_local_ray_runs_no_dashboard_agents_or_idle_workers_without_metrics(
     agents = _with(commands, "dashboard/agent.py")
     assert len(agents) == 1 and "--minimal" in agents[0], agents  # the raylet needs one; no metrics agent in it
     assert len(_with(commands, "runtime_env/agent/main.py")) == 1  # workers' environments: Ray needs it
+    assert _workers(commands) == ["ray::_RayNodeCache"], commands  # no warm tier, no peers: no coordinator
+
+
+def test_a_local_ray_with_a_warm_tier_runs_the_coordinator_that_owns_it(tmp_path):
+    commands = _session_processes(str(tmp_path / "hot"), "warm")["processes"]
     assert sorted(_workers(commands)) == ["ray::_RayCoordinator", "ray::_RayNodeCache"], commands
 
 
@@ -95,4 +103,4 @@ def test_the_local_ray_exports_metrics_when_they_are_asked_for(tmp_path):
     agents = _with(commands, "dashboard/agent.py")
     assert len(agents) == 1 and "--minimal" not in agents[0], agents  # the metrics agent serves the endpoint
     assert not _with(commands, "dashboard/dashboard.py"), "the API server runs"
-    assert sorted(_workers(commands)) == ["ray::_RayCoordinator", "ray::_RayNodeCache"], commands
+    assert _workers(commands) == ["ray::_RayNodeCache"], commands

@@ -179,7 +179,7 @@ def _object_store_bytes(node_id: str) -> int | None:
 class _RayNodeCache:
     """Actor body: a NodeCache that knows its Ray node and reaches the coordinator and peers by name."""
 
-    def __init__(self, config: dict, coordinator: str, namespace: str) -> None:
+    def __init__(self, config: dict, coordinator: str | None, namespace: str) -> None:
         import ray
 
         from tierload.config.loading import as_config
@@ -193,7 +193,8 @@ class _RayNodeCache:
         fraction = as_config(config).hot.peer_max_store_fraction
         try:
             self.cache = NodeCache(config, node_id=node_id,
-                                   coordinator_call=CoordinatorCall(coordinator, namespace, config),
+                                   coordinator_call=(CoordinatorCall(coordinator, namespace, config)
+                                                     if coordinator is not None else None),
                                    peer_call=_PeerCall(config, namespace), ray_address=context.gcs_address,
                                    peer_max_bytes=int(store_bytes * fraction) if store_bytes else None).start()
         except TierInUseError as exc:
@@ -223,20 +224,32 @@ class _RayNodeCache:
         return getattr(self.cache, method)(*args, **kwargs)
 
 
-def get_node_cache(config: TierloadConfig, node_id: str | None = None):
-    """The cache actor of ``node_id`` (default: this process's node), created and pinned if missing."""
+def get_node_cache(config: TierloadConfig, node_id: str | None = None, *, with_coordinator: bool = True):
+    """The cache actor of ``node_id`` (default: this process's node), created and pinned if missing.
+
+    Args:
+        config: The deployment's configuration.
+        node_id: The Ray node the actor is pinned to; None: this process's node.
+        with_coordinator: False: a cache created here runs alone, without the deployment's
+            coordinator (no warm tier, no peers: :func:`~tierload.deploy.runtime.needs_coordinator`).
+
+    Raises:
+        ServiceError: An actor did not start.
+        TierInUseError: Another job with another configuration owns the hot directory.
+    """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node_id = node_id or ray.get_runtime_context().get_node_id()
     # Both actors' worker processes start at once (each is an interpreter importing Ray and tierload,
     # about a second apiece): the node cache asks the coordinator for the checksum key when it is up.
-    coordinator = _start_coordinator(config)
+    coordinator = _start_coordinator(config) if with_coordinator else None
     options = _actor_options(node_cache_name(config, node_id), config.ray.namespace)
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     handle: Any = ray.remote(_RayNodeCache).options(**options).remote(
-        config.to_dict(), coordinator_name(config), config.ray.namespace)
-    _wait_coordinator(coordinator)
+        config.to_dict(), coordinator_name(config) if with_coordinator else None, config.ray.namespace)
+    if coordinator is not None:
+        _wait_coordinator(coordinator)
     try:
         ray.get(handle.ready.remote(), timeout=120)
         refused = ray.get(handle.refusal.remote(), timeout=60)

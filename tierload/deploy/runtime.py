@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# Whether the Ray this process is connected to is the one ensure_ray started here: one node on
+# loopback, so no other node can join it and no peer can ask this node's cache for a block.
+_started_local_ray = False
 
 
 def ray_connected() -> bool:
@@ -69,8 +72,10 @@ def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
     """
     import ray
 
+    global _started_local_ray
     if ray.is_initialized():
         return
+    _started_local_ray = False
     if not start:
         raise ServiceError("Ray is not connected in this process (it was shut down); tierload does not start it "
                            "again by itself: build a new TieredDataset to start it")
@@ -88,10 +93,24 @@ def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
                      _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
                      object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
                      configure_logging=False, _system_config=local_ray_system_config(metrics))
+        _started_local_ray = True
         # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
         atexit.register(_close_node_caches, config.ray.namespace)
     except Exception as exc:  # noqa: BLE001 - Ray raises many types; say what we tried
         raise ServiceError(f"cannot start a local Ray: {exc}") from exc
+
+
+def needs_coordinator(config: TierloadConfig) -> bool:
+    """Whether a node cache this process starts needs the deployment's coordinator.
+
+    The coordinator owns the warm tier and the map of which node holds which block (for peer
+    reads); a job on tierload's own local Ray (one node on loopback) with no warm tier has
+    neither, so its node cache runs alone, keeping its own checksum key in the hot directory
+    (the key a coordinator adopts from the first node that offers it, if a service later owns
+    the directory). That saves the coordinator's worker process (about 145 MB RSS and a second
+    of CPU at start, ``benchmarks/results/2026-12-03-no-coordinator/``).
+    """
+    return bool(config.warm.url) or not (_started_local_ray and ray_connected())
 
 
 def join_ray(address: str, namespace: str, log_to_driver: bool = True) -> None:
@@ -213,7 +232,7 @@ def node_endpoint(config: TierloadConfig, start_ray: bool = True) -> Endpoint:
 
     ensure_ray(config, start=start_ray)
     try:
-        handle = get_node_cache(config)
+        handle = get_node_cache(config, with_coordinator=needs_coordinator(config))
     except TierInUseError:
         joined = join_owner(config, hot_dir)  # another job became the owner meanwhile
         if joined is None:
