@@ -22,6 +22,13 @@ logging.getLogger("werkzeug").setLevel(logging.ERROR)
 # imports torch): the suite runs on 2 cores beside xdist workers, Ray and moto, where more threads
 # spin-wait for cores rather than help. tests/test_demo.py (cpuacct, two runs each): 41.8, 46.3 -> 33.0, 39.6 CPU-s.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Metrics off in every dataset and Ray the tests start, unless a test asks for them: a Ray started
+# with metrics runs the full metrics agent and collects its own and the actors' metrics, and the actors
+# export theirs every few seconds. The tests of metrics and of Ray's footprint (test_metrics.py,
+# test_local_ray_footprint.py, test_hardness_service_join.py's rank metrics, the open-files limit in
+# test_hardness_open_files.py, test_demo.py's README command) ask for them: the default is tested where
+# it shows.
+os.environ.setdefault("TIERLOAD_METRICS__ENABLED", "false")
 _bucket_ids = itertools.count()
 pytest_plugins = ["store_fixtures"]  # the GCS, Azure and HTTP servers
 

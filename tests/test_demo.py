@@ -8,7 +8,8 @@ from tierload_tools.demo.run import run_demo
 
 
 @pytest.mark.parametrize("layout", ["imagefolder", "parquet"])
-def test_demo_learns_the_digits_through_the_tiers(ray_session, layout):
+def test_demo_learns_the_digits_through_the_tiers(ray_session, layout, monkeypatch):
+    monkeypatch.delenv("TIERLOAD_METRICS__ENABLED")  # the README's main job, on its defaults (metrics on)
     results = run_demo(layout=layout, epochs=3, num_workers=2)
     assert [r.epoch for r in results] == [0, 1, 2]
     assert results[-1].accuracy > 0.9  # samples and labels arrive right (chance is 0.1)

@@ -9,6 +9,7 @@ names the limit and the setting to lower.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -68,8 +69,9 @@ CHILD = textwrap.dedent("""
 
 
 def test_an_epoch_under_a_256_open_files_limit(tmp_path):
+    # Metrics on, as by default (the tests' default is off, tests/conftest.py): their connections count too.
     result = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True,
-                            timeout=400, cwd=tmp_path)
+                            timeout=400, cwd=tmp_path, env={**os.environ, "TIERLOAD_METRICS__ENABLED": "true"})
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, result.stderr[-4000:]
     outcome = json.loads(lines[-1].removeprefix("RESULT "))

@@ -38,7 +38,8 @@ CLI = [sys.executable, "-m", "tierload.cli.main"]
 
 
 def _env(ray_tmp: str) -> dict[str, str]:
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+    # Metrics on, as by default (the tests' default is off, tests/conftest.py): item 7's rank metrics.
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "TIERLOAD_METRICS__ENABLED": "true"}
     env.pop("RAY_ADDRESS", None)
     return env
 

@@ -124,9 +124,10 @@ def _scrape_ray(port: int) -> list[tuple[str, dict, float]]:
             for s in family.samples if s.name.startswith("ray_tierload_")]
 
 
-def test_a_real_ray_exports_an_epochs_metrics(bucket, tier_config, make_dataset):
+def test_a_real_ray_exports_an_epochs_metrics(bucket, tier_config, make_dataset, monkeypatch):
     """One epoch through 2 DataLoader workers: Ray's Prometheus endpoint carries the node cache's
     counters (equal to its stats), the fetch-latency histogram, tier usage and the rank's stall."""
+    monkeypatch.setenv("TIERLOAD_METRICS__ENABLED", "true")  # the tests' default is off (tests/conftest.py)
     name, fs = bucket
     put_indexed_objects(fs, f"{name}/m", 40, size=4096, classes=2)
     config = tier_config(warm=None, metrics={"export_interval_s": 0.5})
