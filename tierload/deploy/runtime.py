@@ -107,8 +107,8 @@ def needs_coordinator(config: TierloadConfig) -> bool:
     reads); a job on tierload's own local Ray (one node on loopback) with no warm tier has
     neither, so its node cache runs alone, keeping its own checksum key in the hot directory
     (the key a coordinator adopts from the first node that offers it, if a service later owns
-    the directory). That saves the coordinator's worker process (about 145 MB RSS and a second
-    of CPU at start, ``benchmarks/results/2026-12-03-no-coordinator/``).
+    the directory). That saves the coordinator's worker process: 130 MB of the quick small-s3
+    bench's process tree and 0.7 CPU-s at start (``benchmarks/results/2026-12-02-no-coordinator/``).
     """
     return bool(config.warm.url) or not (_started_local_ray and ray_connected())
 
