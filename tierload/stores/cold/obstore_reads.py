@@ -84,8 +84,11 @@ def shaped_error(exc: BaseException) -> BaseException:
         return TimeoutError(first)
     if any(word in lowered for word in _BROKEN_BODY):
         return BodyBrokenError(f"the answer broke off before its end: {first}")
-    if "connection" in lowered:
-        return ConnectionResetError(first)  # broke off after it was made: transient
+    if "connection" in lowered or "error sending request" in lowered:
+        # Broke off after it was made, or reqwest's "error sending request" with no cause in the
+        # text (a kept-alive connection closed under the request, seen in an outage): the
+        # endpoint's failure while nothing else answers, within cold.outage_budget_s.
+        return ConnectionResetError(first)
     return exc
 
 
