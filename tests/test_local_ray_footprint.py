@@ -104,3 +104,35 @@ def test_the_local_ray_exports_metrics_when_they_are_asked_for(tmp_path):
     assert len(agents) == 1 and "--minimal" not in agents[0], agents  # the metrics agent serves the endpoint
     assert not _with(commands, "dashboard/dashboard.py"), "the API server runs"
     assert _workers(commands) == ["ray::_RayNodeCache"], commands
+
+
+_AFTER_SHUTDOWN = textwrap.dedent("""
+    import json, sys
+    import ray
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import ensure_ray, needs_coordinator
+
+    config = load_config({"hot": {"dir": sys.argv[1]}, "warm": {"url": None}, "ray": {"num_cpus": 1}}, environ={})
+    ensure_ray(config)
+    own = needs_coordinator(config)
+    ray.shutdown()
+    ray.init(num_cpus=1, include_dashboard=False, configure_logging=False)  # the user's own Ray now
+    users = needs_coordinator(config)
+    ray.shutdown()
+    print("RESULT " + json.dumps({"own": own, "users": users}))
+""")
+
+
+def test_a_ray_the_user_starts_after_shutting_tierloads_down_keeps_the_coordinator(tmp_path):
+    """Only the Ray tierload started itself runs its node cache alone: after ``ray.shutdown()`` and a
+    ``ray.init()`` of the user's, a node cache started there gets the coordinator again."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TIERLOAD_RAY__ADDRESS")}
+    env["RAY_TMPDIR"] = ray_tmp = tempfile.mkdtemp(prefix="tlf")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _AFTER_SHUTDOWN, str(tmp_path / "hot")], capture_output=True,
+                              text=True, timeout=240, env=env)
+    finally:
+        subprocess.run(["rm", "-rf", ray_tmp], check=False)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    assert json.loads(line[len("RESULT "):]) == {"own": False, "users": True}

@@ -42,9 +42,10 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Whether the Ray this process is connected to is the one ensure_ray started here: one node on
-# loopback, so no other node can join it and no peer can ask this node's cache for a block.
-_started_local_ray = False
+# The node id of the Ray that ensure_ray started in this process (one node on loopback: no other
+# node can join it, no peer can ask this node's cache for a block); compared with the Ray connected
+# now, so a Ray the user starts after a ray.shutdown() is not taken for it.
+_own_local_node: str | None = None
 
 
 def ray_connected() -> bool:
@@ -72,10 +73,9 @@ def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
     """
     import ray
 
-    global _started_local_ray
+    global _own_local_node
     if ray.is_initialized():
         return
-    _started_local_ray = False
     if not start:
         raise ServiceError("Ray is not connected in this process (it was shut down); tierload does not start it "
                            "again by itself: build a new TieredDataset to start it")
@@ -93,7 +93,7 @@ def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
                      _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
                      object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
                      configure_logging=False, _system_config=local_ray_system_config(metrics))
-        _started_local_ray = True
+        _own_local_node = ray.get_runtime_context().get_node_id()
         # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
         atexit.register(_close_node_caches, config.ray.namespace)
     except Exception as exc:  # noqa: BLE001 - Ray raises many types; say what we tried
@@ -110,7 +110,11 @@ def needs_coordinator(config: TierloadConfig) -> bool:
     the directory). That saves the coordinator's worker process: 130 MB of the quick small-s3
     bench's process tree and 0.7 CPU-s at start (``benchmarks/results/2026-12-02-no-coordinator/``).
     """
-    return bool(config.warm.url) or not (_started_local_ray and ray_connected())
+    if config.warm.url or _own_local_node is None or not ray_connected():
+        return True
+    import ray
+
+    return ray.get_runtime_context().get_node_id() != _own_local_node
 
 
 def join_ray(address: str, namespace: str, log_to_driver: bool = True) -> None:
