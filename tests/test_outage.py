@@ -19,6 +19,9 @@ from test_cold_async import put_objects, source_for
 from torch.utils.data import DataLoader
 
 from tierload.errors import EndpointUnreachableError, TransientBackendError
+from tierload.stores.cold.errors import error_code, translate_error
+from tierload.stores.cold.obstore_reads import shaped_error
+from tierload.stores.cold.retry import Failure, classify
 
 
 def _one_object(s3, bucket, proxy, **cold):
@@ -92,6 +95,34 @@ def test_an_outage_past_the_budget_is_one_clear_error(s3, bucket):
             source.read(obj.url, obj.version, 0, obj.size)
         assert not reopened.is_set()  # given up within the budget, not when the endpoint came back
         reopened.wait(30)
+
+
+def test_error_sending_request_is_the_endpoints_failure():
+    """reqwest's "error sending request" (a request that could not go out on a connection: refused, or a
+    kept-alive one closed under it) names no other cause in obstore's text. A full suite run on
+    2026-12-02 lost F03's epoch to it (``EndpointUnreachableError: ... HTTP error: error sending request;
+    gave up after 3 requests``): it was one object's failure (max_attempts), not the endpoint's."""
+    from obstore.exceptions import GenericError
+
+    shaped = shaped_error(GenericError("Generic S3 error: Error performing GET  in 235.302µs - HTTP error: "
+                                       "error sending request"))
+    assert isinstance(shaped, ConnectionResetError)
+    error = translate_error(shaped, "s3://bucket/key")
+    assert classify(error, error_code(shaped), [type(shaped).__name__]) is Failure.DOWN
+
+
+def test_reads_on_kept_alive_connections_wait_out_a_short_outage(s3, bucket):
+    name, fs = bucket
+    payloads = put_objects(fs, f"{name}/ds", 1, 1000)
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/ds", proxied(s3, proxy), max_attempts=2, s3_engine="obstore")
+        obj = source.list_objects()[0]
+        payload = payloads[obj.url.removeprefix("s3://")]
+        for _ in range(4):  # connections in obstore's pool, kept alive by the proxy
+            assert source.read(obj.url, obj.version, 0, obj.size) == payload
+        reopened = proxy.refuse_connections_for(4)
+        assert source.read(obj.url, obj.version, 0, obj.size) == payload
+        assert reopened.is_set()  # it was answered only once the endpoint was back
 
 
 def _epoch_through_an_outage(s3, bucket, tier_config, make_dataset, outage_s):
