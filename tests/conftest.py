@@ -66,9 +66,11 @@ def ray_session(tmp_path_factory):
 
     # Started as tierload starts its own local Ray (no API server, autoscaler monitor or idle
     # workers): one such Ray per xdist worker idles the whole session. Metrics stay on, as by
-    # default: tests/test_metrics.py scrapes this Ray's Prometheus endpoint. Measured (cpuacct,
-    # start + one actor + shutdown): 8.9 CPU-s -> 5.9, idle 0.077 -> 0.033 CPU-s per second.
-    with lean_local_ray(metrics=True):
+    # default: tests/test_metrics.py scrapes this Ray's Prometheus endpoint. No log monitor: nothing
+    # here reads the workers' output (log_to_driver=False), and it used 11-16 CPU-s per xdist worker's
+    # Ray in a full suite (2026-12-02). Measured (cpuacct, start + one actor + shutdown): 8.9 CPU-s ->
+    # 5.9, idle 0.077 -> 0.033 CPU-s per second.
+    with lean_local_ray(metrics=True, log_to_driver=False):
         ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
                  object_store_memory=200 * 2**20, namespace="tierload", log_to_driver=False,
                  configure_logging=False, _system_config=local_ray_system_config(metrics=True))

@@ -40,7 +40,7 @@ CHILD = textwrap.dedent("""
         # (~3 CPU-s). Metrics stay on, as by default: the actor keeps its metrics connections.
         from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config
 
-        with lean_local_ray(metrics=True):
+        with lean_local_ray(metrics=True, log_to_driver=False):
             ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
                      object_store_memory=100 * 2**20, log_to_driver=False, configure_logging=False,
                      _system_config=local_ray_system_config(metrics=True))

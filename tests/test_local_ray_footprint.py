@@ -88,6 +88,7 @@ def test_the_local_ray_runs_no_dashboard_agents_or_idle_workers_without_metrics(
     agents = _with(commands, "dashboard/agent.py")
     assert len(agents) == 1 and "--minimal" in agents[0], agents  # the raylet needs one; no metrics agent in it
     assert len(_with(commands, "runtime_env/agent/main.py")) == 1  # workers' environments: Ray needs it
+    assert len(_with(commands, "log_monitor.py")) == 1  # the actors' log lines reach the job's driver
     assert _workers(commands) == ["ray::_RayNodeCache"], commands  # no warm tier, no peers: no coordinator
 
 
@@ -104,6 +105,23 @@ def test_the_local_ray_exports_metrics_when_they_are_asked_for(tmp_path):
     assert len(agents) == 1 and "--minimal" not in agents[0], agents  # the metrics agent serves the endpoint
     assert not _with(commands, "dashboard/dashboard.py"), "the API server runs"
     assert _workers(commands) == ["ray::_RayNodeCache"], commands
+
+
+def test_a_ray_started_lean_without_log_to_driver_runs_no_log_monitor(ray_session):
+    """The tests' own Ray (tests/conftest.py) starts with ``lean_local_ray(log_to_driver=False)``: nothing
+    reads its workers' output, so no log monitor globs its log files every 0.1 s."""
+    import psutil
+
+    session_dir = ray_session._private.worker._global_node.get_session_dir_path()
+    commands = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            commands.append(" ".join(proc.cmdline()))
+        except psutil.Error:
+            pass
+    session = _with(commands, session_dir)
+    assert _with(session, "raylet") and _with(session, "dashboard/agent.py"), commands  # this Ray's processes
+    assert not _with(session, "log_monitor.py"), session
 
 
 _AFTER_SHUTDOWN = textwrap.dedent("""

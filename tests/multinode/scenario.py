@@ -88,11 +88,12 @@ class Shared:
 
     def __init__(self) -> None:
         # Each node started as tierload starts its own local Ray (no API server, autoscaler monitor or
-        # pre-started idle workers; metrics kept, the deployments' default): tierload.deploy.local_ray.
-        with lean_local_ray(metrics=True):
+        # pre-started idle workers: tierload.deploy.local_ray), without metrics as the deployments here
+        # run (TIERLOAD_METRICS__ENABLED, tests/conftest.py) and without a log monitor (log_to_driver=False).
+        with lean_local_ray(metrics=False, log_to_driver=False):
             self.cluster = Cluster(initialize_head=True, head_node_args={
                 "num_cpus": 1, "resources": {"node0": 1}, "object_store_memory": 100 * 2**20,
-                "_system_config": local_ray_system_config(metrics=True)})
+                "_system_config": local_ray_system_config(metrics=False)})
             self.nodes = [self.cluster.head_node]
             for index in range(1, NODES):
                 self.nodes.append(self.cluster.add_node(num_cpus=1, resources={f"node{index}": 1},

@@ -15,11 +15,15 @@ What :func:`lean_local_ray` leaves out:
   (``enable_worker_prestart`` and ``prestart_worker_first_driver``, Ray's ``ray_config_def.h``);
 * unless metrics are asked for (``metrics.enabled``): the dashboard agent's metrics side (it is
   started minimal, as a ``pip install ray`` without ``ray[default]`` starts it) and Ray's own
-  metric collection (``enable_metrics_collection``), which would otherwise wait for that agent.
+  metric collection (``enable_metrics_collection``), which would otherwise wait for that agent;
+* for a driver that does not take its workers' output (``ray.init(log_to_driver=False)``, as
+  benchmarks and tests start Ray): the log monitor, which would glob the session's log files every
+  0.1 s for a reader that never subscribes (``ray/_private/log_monitor.py``; 11-16 CPU-s over a
+  12-minute test session, measured 2026-12-02).
 
-Ray has no ``ray.init`` argument for the first three, so this module switches them off in Ray's
+Ray has no ``ray.init`` argument for these, so this module switches them off in Ray's
 own start-up functions while ``ray.init`` runs (``ray/_private/node.py``: ``Node.start_api_server``,
-``RayParams.no_monitor``; ``ray/_private/services.py``: ``start_raylet`` asks
+``RayParams.no_monitor`` and ``RayParams.include_log_monitor``; ``ray/_private/services.py``: ``start_raylet`` asks
 ``ray._private.utils.get_dashboard_dependency_error`` whether to pass ``--minimal``), the way
 :func:`tierload.deploy.runtime._loopback_node` keeps the node loopback. A Ray release that moves
 them fails ``tests/test_local_ray_footprint.py``, which lists the session's processes.
@@ -54,13 +58,16 @@ def local_ray_system_config(metrics: bool) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def lean_local_ray(metrics: bool) -> Iterator[None]:
-    """While a local Ray starts in this block: no API server, no autoscaler monitor and,
-    unless ``metrics``, a minimal dashboard agent (no metrics agent, no Prometheus endpoint).
+def lean_local_ray(metrics: bool, log_to_driver: bool = True) -> Iterator[None]:
+    """While a local Ray starts in this block: no API server, no autoscaler monitor,
+    unless ``metrics`` a minimal dashboard agent (no metrics agent, no Prometheus endpoint) and
+    unless ``log_to_driver`` no log monitor.
 
     Args:
         metrics: Whether metrics are asked for: the dashboard agent then starts in full, as
             ``ray[default]`` starts it, so the actors' metrics reach Ray's Prometheus endpoint.
+        log_to_driver: The ``log_to_driver`` the block passes to ``ray.init``: False starts no log
+            monitor on the nodes started in the block (nothing would read what it publishes).
 
     A Ray without one of the switches starts that process as before (logged at DEBUG).
     """
@@ -73,7 +80,8 @@ def lean_local_ray(metrics: bool) -> Iterator[None]:
         return
     with contextlib.ExitStack() as undo:
         undo.enter_context(_replaced(ray_node.Node, "start_api_server", _no_api_server))
-        undo.enter_context(_replaced(ray_node.Node, "__init__", _without_monitor(ray_node.Node.__init__)))
+        undo.enter_context(_replaced(ray_node.Node, "__init__",
+                                     _without_monitors(ray_node.Node.__init__, log_monitor=log_to_driver)))
         if not metrics:
             undo.enter_context(_replaced(ray_utils, "get_dashboard_dependency_error", _metrics_agent_not_wanted))
         yield
@@ -84,13 +92,15 @@ def _no_api_server(self: Any, **_: Any) -> None:
     self._webui_url = None
 
 
-def _without_monitor(init: Any) -> Any:
-    def start_without_monitor(self: Any, ray_params: Any, *args: Any, **kwargs: Any) -> None:
+def _without_monitors(init: Any, log_monitor: bool) -> Any:
+    def start_without_monitors(self: Any, ray_params: Any, *args: Any, **kwargs: Any) -> None:
         if kwargs.get("head", args[0] if args else False):
             ray_params.no_monitor = True  # one node: nothing to scale
+        if not log_monitor:
+            ray_params.include_log_monitor = False  # read by Node.start_ray_processes
         init(self, ray_params, *args, **kwargs)
 
-    return start_without_monitor
+    return start_without_monitors
 
 
 def _metrics_agent_not_wanted() -> ImportError:
