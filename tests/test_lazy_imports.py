@@ -37,3 +37,26 @@ def test_an_s3_location_with_common_options_is_resolved_without_s3fs():
 
 def test_the_common_s3_options_are_options_s3fs_takes():
     assert COMMON_S3_OPTIONS <= s3_option_names()
+
+
+def test_a_head_through_obstore_loads_no_s3fs(bucket, s3):
+    """A node cache checks a job's access to an S3 dataset with one HEAD (``AccessGate.admit``): through
+    obstore, as its reads go, it makes no s3fs client; with ``cold.s3_engine: aiobotocore`` s3fs sends it.
+    Both answer the object's size and the version its listing gives."""
+    name, fs = bucket
+    fs.pipe(f"{name}/ds/one", b"x" * 100)
+    listed = fs.info(f"{name}/ds/one")["ETag"]
+    for engine, loaded in (("obstore", []), ("aiobotocore", ["botocore.auth", "s3fs", "aiobotocore"])):
+        code = ("from tierload.config.loading import load_config\n"
+                "from tierload.stores.cold.source import ColdSource\n"
+                f"config = load_config({{'cold': {{'storage_options': {s3.storage_options!r}, "
+                f"'s3_engine': {engine!r}}}}})\n"
+                f"info = ColdSource('s3://{name}/ds', config.cold).head('s3://{name}/ds/one')\n"
+                "print(info.size, info.version)")
+        done = subprocess.run([sys.executable, "-c", code + "\nimport sys, json\n"
+                               f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        answer, modules = done.stdout.strip().splitlines()[-2:]
+        assert answer == f"100 {listed}", engine
+        assert [m for m in json.loads(modules) if m != "pyarrow.compute"] == loaded, engine

@@ -42,6 +42,20 @@ def call_store(call: Any, *args: Any, **kwargs: Any) -> Any:
         raise shaped from exc
 
 
+def head_through_obstore(source: ColdSource, url: str) -> ObjectInfo:
+    """One object's size and version (its ETag quoted, as listings give it) by one obstore HEAD.
+
+    Raises:
+        The store's errors, shaped for ``translate_error`` (:func:`call_store`); not retried here.
+    """
+    obstore = import_obstore(source.protocol)
+    store, path = store_for(source, url)
+    meta = call_store(obstore.head, store, path)
+    etag = meta.get("e_tag")
+    version = quoted(etag) if etag else f"{meta.get('last_modified')}-{meta['size']}"
+    return ObjectInfo(url, int(meta["size"]), version)
+
+
 def quoted_versions(etags: pa.Array, sizes: np.ndarray, modified: pa.Array | None) -> pa.Array:
     """Versions of a listing's page: each ETag quoted (``"..."``), or ``mtime-size`` where a store gives none."""
     etags = etags.cast(pa.large_string())
@@ -102,12 +116,7 @@ class ObjectStoreBackend(ColdBackend):
         return ObjectListing.of([one])
 
     def head(self, source: ColdSource, url: str) -> ObjectInfo:
-        obstore = import_obstore(source.protocol)
-        store, path = store_for(source, url)
-        meta = call_store(obstore.head, store, path)
-        etag = meta.get("e_tag")
-        version = quoted(etag) if etag else f"{meta.get('last_modified')}-{meta['size']}"
-        return ObjectInfo(url, int(meta["size"]), version)
+        return head_through_obstore(source, url)
 
     def read_ranges(self, source: ColdSource, requests: Sequence[RangeRequest], tally: dict) -> list[bytes]:
         # obstore's futures run on its own runtime: any asyncio loop awaits them; fsspec's I/O loop
