@@ -8,6 +8,7 @@ import sys
 import click
 
 from tierload.cli.errors import handle_errors
+from tierload.config.loading import load_config
 from tierload.errors import ConfigError
 from tierload.policies.registry import POLICIES, policy_names
 from tierload.units import parse_bytes
@@ -84,8 +85,6 @@ def list_policies() -> None:
 def show(file: str | None, as_json: bool) -> None:
     """Print the effective configuration: FILE (or none) over the defaults, with TIERLOAD_* applied."""
     import yaml
-
-    from tierload.config.loading import load_config
 
     config = handle_errors(load_config)(file)
     data = config.to_dict()
@@ -247,7 +246,6 @@ def set_policy(file: str, deployment: str | None, address: str | None) -> None:
     --address, ray.address or RAY_ADDRESS) it finds the service through a node cache running
     on this machine, and says at once when there is none.
     """
-    from tierload.config.loading import load_config
 
     new = handle_errors(_checked)(file, "; refused, the running policy is unchanged")
 
@@ -257,7 +255,6 @@ def set_policy(file: str, deployment: str | None, address: str | None) -> None:
 
         target = load_config(deployment if deployment else file)
         cluster = service_address(target, address)  # decided without Ray: nothing runs, nothing is started
-
 
         target = target.model_copy(update={"ray": target.ray.model_copy(update={"address": cluster})})
         result = apply_policy(target, new.policy) or {}

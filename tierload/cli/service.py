@@ -9,6 +9,7 @@ import time
 import click
 
 from tierload.cli.errors import NOT_RUNNING_EXIT_CODE, fail, handle_errors
+from tierload.config.loading import load_config
 from tierload.errors import ServiceError
 
 _address = click.option("--address", default=None, help="Ray address (e.g. auto); default: ray.address / RAY_ADDRESS.")
@@ -30,8 +31,6 @@ REDRAW = "\x1b[H\x1b[J"
 
 
 def _load(config_path, address):
-    from tierload.config.loading import load_config
-
     return load_config(config_path, overrides={"ray": {"address": address}} if address else None)
 
 

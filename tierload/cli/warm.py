@@ -9,6 +9,7 @@ import threading
 import click
 
 from tierload.cli.errors import fail, handle_errors
+from tierload.config.loading import load_config
 from tierload.errors import CapacityError
 from tierload.units import format_bytes
 
@@ -91,7 +92,6 @@ def warm(url, config_path, address, epochs, fraction, layout, seed, shuffle, end
     says what was left for the job to read from the cold tier. Blocks larger than the whole warm
     tier are not read at all; a run that can stage nothing exits 1.
     """
-    from tierload.config.loading import load_config
     from tierload.deploy.prestage import prestage
 
     overrides = {"cold": {"endpoint_url": endpoint_url}} if endpoint_url else None

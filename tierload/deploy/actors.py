@@ -15,6 +15,7 @@ from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 import xxhash
 
+from tierload.config.loading import as_config
 from tierload.config.models import TierloadConfig
 from tierload.coordinator.actor import Coordinator
 from tierload.errors import MethodNotAllowedError, ServiceError, TierInUseError
@@ -118,8 +119,6 @@ class CoordinatorCall:
     def _handle(self):
         import ray
 
-        from tierload.config.loading import as_config
-
         try:
             return ray.get_actor(self.name, namespace=self.namespace)
         except ValueError:  # no actor of that name: it was removed for good
@@ -153,8 +152,6 @@ class _PeerCall:
                  *args: P.args, **kwargs: P.kwargs) -> R:
         import ray
 
-        from tierload.config.loading import as_config
-
         handle = self._handles.get(node_id)
         if handle is None:
             handle = ray.get_actor(node_cache_name(as_config(self.config), node_id), namespace=self.namespace)
@@ -182,7 +179,6 @@ class _RayNodeCache:
     def __init__(self, config: dict, coordinator: str | None, namespace: str) -> None:
         import ray
 
-        from tierload.config.loading import as_config
         from tierload.node.node_cache import NodeCache
 
         context = ray.get_runtime_context()

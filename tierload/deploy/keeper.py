@@ -31,8 +31,10 @@ import weakref
 from typing import Any
 
 from tierload.config.models import TierloadConfig
+from tierload.deploy.actors import deployment_id, node_cache_name
 from tierload.deploy.lifecycle import CacheState, Decision, NodeCacheLifecycle, Observation, decide
-from tierload.deploy.runtime import ray_connected
+from tierload.deploy.runtime import node_endpoint, ray_connected
+from tierload.errors import TierInUseError
 from tierload.wire.endpoint import read_endpoint, running_endpoint
 from tierload.wire.messages import Endpoint
 
@@ -108,8 +110,6 @@ class NodeCacheKeeper:
         return self._recreate(endpoint.pid if endpoint is not None else None)
 
     def _recreate(self, gone_pid: int | None) -> bool:
-        from tierload.deploy.runtime import node_endpoint
-
         self.lifecycle.move(CacheState.LOST, f"the cache's process (pid {gone_pid}) is gone")
         self.lifecycle.move(CacheState.RECREATING, "finding or starting it again")
         try:
@@ -137,8 +137,6 @@ class NodeCacheKeeper:
 
     def _actor_exists(self) -> bool:
         import ray
-
-        from tierload.deploy.actors import node_cache_name
 
         name = node_cache_name(self.config, ray.get_runtime_context().get_node_id())
         try:
@@ -175,9 +173,6 @@ def attach_node_cache(config: TierloadConfig, owner: Any) -> Endpoint:
         TierInUseError: Another job with another configuration owns the hot directory.
         ServiceError: Ray or the cache actor could not be started.
     """
-    from tierload.deploy.actors import deployment_id
-    from tierload.deploy.runtime import node_endpoint
-    from tierload.errors import TierInUseError
 
     lifecycle = NodeCacheLifecycle(config.hot.dir)
     lifecycle.move(CacheState.STARTING, "a dataset starts")
@@ -209,7 +204,6 @@ def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any,
     Returns:
         The deployment's keeper in this process.
     """
-    from tierload.deploy.actors import deployment_id
 
     global _exit_hook_registered
 

@@ -33,14 +33,17 @@ import numpy as np
 from tierload.config.models import TierloadConfig
 from tierload.data.blocks import Block
 from tierload.data.cold_read import cold_requests
-from tierload.data.manifest import Manifest
+from tierload.data.manifest import Manifest, load_manifest
 from tierload.data.order import epoch_order, resolve_shuffle
+from tierload.data.packs import manifest_settings
 from tierload.data.tier_fit import fitting
 from tierload.errors import ConfigError, ServiceError
 from tierload.frames.checksum import checksum
 from tierload.frames.checksum_key import deployment_key
 from tierload.node.coordinator_sync import CoordinatorSync
-from tierload.stores.cold.location import check_dataset_url
+from tierload.stores.cold.location import ColdLocation, check_dataset_url
+from tierload.stores.cold.source import ColdSource
+from tierload.stores.registry import open_store
 from tierload.wire.api import Caller, CoordinatorAPI, LocalCaller
 
 log = logging.getLogger(__name__)
@@ -184,7 +187,6 @@ class Prestager:
 
     def __init__(self, config: TierloadConfig, source, coordinator_call: Caller, *, epochs: int = 1,
                  on_progress: Callable[[PrestageResult], None] | None = None) -> None:
-        from tierload.stores.registry import open_store
 
         if not config.warm.url:
             raise ConfigError("warm.url is null: there is no warm tier to stage into; set warm.url "
@@ -355,10 +357,6 @@ def prestage(url: str, config: TierloadConfig, *, layout: str | None = None, epo
         BackendError: The cold or warm tier failed.
         ServiceError: Another process owns the warm tier and cannot be reached.
     """
-    from tierload.data.manifest import load_manifest
-    from tierload.data.packs import manifest_settings
-    from tierload.stores.cold.location import ColdLocation
-    from tierload.stores.cold.source import ColdSource
 
     check_dataset_url(url)  # as TieredDataset does: a bare path would be read as another prefix
     if epochs < 1:

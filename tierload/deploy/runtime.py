@@ -19,7 +19,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Iterator, ParamSpec, TypeVar
 
-from tierload.config.models import TierloadConfig
+from tierload.config.loading import as_config
+from tierload.config.models import PolicyConfig, TierloadConfig
 from tierload.deploy.actors import (
     COORDINATOR_PREFIX,
     NODE_CACHE_PREFIX,
@@ -291,9 +292,6 @@ def apply_policy(config: TierloadConfig, policy) -> dict[str, Any]:
         ServiceError: No tierload actors are running for this configuration.
     """
     import ray
-
-    from tierload.config.loading import as_config
-    from tierload.config.models import PolicyConfig
 
     ensure_ray(config)
     policy_dict = policy.model_dump(mode="json") if isinstance(policy, PolicyConfig) else dict(policy)

@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
+from tierload.errors import TierloadError
 from tierload.units import format_bytes
 
 if TYPE_CHECKING:
@@ -301,7 +302,6 @@ def export_rank(rank: int, dataset_id: str, epoch: EpochStall, finished: bool, l
 def _send_to_node_cache(link: NodeLink, rank: int, dataset_id: str, stall_s: float, loop_s: float,
                         samples: int) -> None:
     """Send the node cache the increase of a rank's totals since the last report it received."""
-    from tierload.errors import TierloadError
     from tierload.wire.messages import LoopReport
 
     sent_stall, sent_loop, sent_samples = _SENT.get((rank, dataset_id), (0.0, 0.0, 0))
@@ -324,7 +324,6 @@ def report_epoch(dataset: TieredDataset, epoch: EpochStall) -> None:
         export_rank(rank, dataset.manifest.dataset_id, epoch, finished=True, link=dataset._link)
     if not log.isEnabledFor(logging.INFO):
         return  # the node's counters cost a call to the node cache: only when the line is shown
-    from tierload.errors import TierloadError
 
     try:
         node_epoch: Mapping[str, float] | None = dataset.epoch_stats(epoch.epoch)

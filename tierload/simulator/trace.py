@@ -27,7 +27,7 @@ from tierload.data.block_columns import block_lengths
 from tierload.data.mixture import Mixture
 from tierload.data.order import SHUFFLE_MODES, epoch_order, rank_slice, resolve_shuffle, reuse_gap
 from tierload.data.runs import counted_runs
-from tierload.errors import ConfigError
+from tierload.errors import ConfigError, ManifestError
 
 DEFAULT_BLOCK_BYTES = 2**20
 Progress = Callable[[int, int], None]  # replays report (accesses done, accesses in all)
@@ -100,7 +100,6 @@ class DatasetShape:
             ConfigError: The file is missing or is not a tierload manifest.
         """
         from tierload.data.manifest import open_manifest
-        from tierload.errors import ManifestError
 
         file = Path(path).expanduser()
         try:

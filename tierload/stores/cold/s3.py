@@ -19,7 +19,7 @@ from tierload.stores.cold.backend import ColdBackend
 from tierload.stores.cold.generic import list_empty_prefix, version_of
 from tierload.stores.cold.listing import ObjectInfo, ObjectListing, list_fsspec, list_s3
 from tierload.stores.cold.object_store import head_through_obstore
-from tierload.stores.cold.obstore_reads import obstore_addresses
+from tierload.stores.cold.obstore_reads import ObstoreRangeReader, obstore_addresses
 from tierload.stores.cold.obstore_stores import forked_after_clients, split_url
 from tierload.stores.cold.request_rate import request_rate_for
 from tierload.stores.cold.s3_obstore_config import aiobotocore_reason
@@ -54,7 +54,6 @@ _told: set[str] = set()
 def reader_for(source: ColdSource) -> S3RangeReader:
     """The engine of ``source``'s range GETs (:func:`reads_through_obstore`)."""
     if reads_through_obstore(source):
-        from tierload.stores.cold.obstore_reads import ObstoreRangeReader
 
         return ObstoreRangeReader(source)
     return S3RangeReader(source)
