@@ -246,7 +246,6 @@ def set_policy(file: str, deployment: str | None, address: str | None) -> None:
     --address, ray.address or RAY_ADDRESS) it finds the service through a node cache running
     on this machine, and says at once when there is none.
     """
-
     new = handle_errors(_checked)(file, "; refused, the running policy is unchanged")
 
     def run() -> None:

@@ -173,7 +173,6 @@ def attach_node_cache(config: TierloadConfig, owner: Any) -> Endpoint:
         TierInUseError: Another job with another configuration owns the hot directory.
         ServiceError: Ray or the cache actor could not be started.
     """
-
     lifecycle = NodeCacheLifecycle(config.hot.dir)
     lifecycle.move(CacheState.STARTING, "a dataset starts")
     try:
@@ -204,7 +203,6 @@ def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any,
     Returns:
         The deployment's keeper in this process.
     """
-
     global _exit_hook_registered
 
     deployment = deployment_id(config)

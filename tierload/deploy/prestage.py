@@ -187,7 +187,6 @@ class Prestager:
 
     def __init__(self, config: TierloadConfig, source, coordinator_call: Caller, *, epochs: int = 1,
                  on_progress: Callable[[PrestageResult], None] | None = None) -> None:
-
         if not config.warm.url:
             raise ConfigError("warm.url is null: there is no warm tier to stage into; set warm.url "
                               "(a shared directory or fsspec URL) and warm.capacity_bytes")
@@ -357,7 +356,6 @@ def prestage(url: str, config: TierloadConfig, *, layout: str | None = None, epo
         BackendError: The cold or warm tier failed.
         ServiceError: Another process owns the warm tier and cannot be reached.
     """
-
     check_dataset_url(url)  # as TieredDataset does: a bare path would be read as another prefix
     if epochs < 1:
         raise ConfigError(f"epochs={epochs!r}; it must be >= 1")

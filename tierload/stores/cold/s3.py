@@ -54,7 +54,6 @@ _told: set[str] = set()
 def reader_for(source: ColdSource) -> S3RangeReader:
     """The engine of ``source``'s range GETs (:func:`reads_through_obstore`)."""
     if reads_through_obstore(source):
-
         return ObstoreRangeReader(source)
     return S3RangeReader(source)
 
