@@ -1,6 +1,6 @@
 import os, sys, time, psutil, ray
-sys.path.insert(0, "/tmp/exp/bare")
-os.environ["PYTHONPATH"] = "/tmp/exp/bare:" + os.environ.get("PYTHONPATH", "")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__)) + ":" + os.environ.get("PYTHONPATH", "")
 from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config
 with lean_local_ray(metrics=True, log_to_driver=False):
     ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",

@@ -1,0 +1,2 @@
+class Bare:
+    def ready(self): return True
