@@ -10,6 +10,7 @@ import email.utils
 import fcntl
 import functools
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -27,8 +28,34 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
+    """A port on 127.0.0.1 that nothing is bound to now, for a server started next.
+
+    Chosen below the kernel's ephemeral range (from 20000: Ray's workers default to 10002-19999):
+    a port the kernel hands out for ``bind(0)`` lies in that range, where every outgoing
+    connection of the suite's other processes (Ray's raylets and workers open many) draws its
+    local port, so between the probe and the server's own bind one of them could take it (CI,
+    2026-12-02: Ray's GCS failed on 44111, "Address already in use"). Below the range only
+    explicit binds land, and a random pick among ~12,000 ports keeps parallel tests apart.
+    """
+    low = _ephemeral_low()
+    candidates = range(20000, low) if low - 20000 >= 1000 else range(0)
+    for port in random.sample(candidates, min(len(candidates), 50)):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as probe:  # no room below the ephemeral range: the kernel's pick
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 

@@ -16,7 +16,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,16 +23,11 @@ import time
 from pathlib import Path
 
 import pytest
+from store_servers import free_port
 
 psutil = pytest.importorskip("psutil")
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _loopback(address: str) -> bool:
@@ -106,19 +100,28 @@ def loopback_head():
     exports, argv = _hint_commands()
     own = tempfile.mkdtemp(prefix="tl-head-")  # 0700; Ray makes its temp dir in it 0777
     temp_dir = os.path.join(own, "ray")
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TIERLOAD_RAY__ADDRESS")}
     env.update(exports, RAY_TMPDIR=temp_dir)
     ray = str(Path(sys.executable).parent / "ray")
-    extra = ["--port", str(port), "--temp-dir", temp_dir, "--num-cpus", "1", "--disable-usage-stats",
-             "--ray-client-server-port", str(_free_port()), "--dashboard-port", str(_free_port()),
-             "--dashboard-agent-listen-port", str(_free_port())]
+    address = ""
     try:
-        proc = subprocess.run([ray, *argv[1:], *extra], capture_output=True, text=True, env=env, timeout=180)
+        # A port probed free can still be taken before Ray binds it (a parallel test's server):
+        # only that failure is retried, on fresh ports, after ending what the try left running.
+        for _attempt in range(3):
+            port = free_port()
+            address = f"127.0.0.1:{port}"
+            extra = ["--port", str(port), "--temp-dir", temp_dir, "--num-cpus", "1", "--disable-usage-stats",
+                     "--ray-client-server-port", str(free_port()), "--dashboard-port", str(free_port()),
+                     "--dashboard-agent-listen-port", str(free_port())]
+            proc = subprocess.run([ray, *argv[1:], *extra], capture_output=True, text=True, env=env, timeout=180)
+            if proc.returncode == 0 or "already in use" not in proc.stdout + proc.stderr:
+                break
+            _stop_head(temp_dir, address)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        yield f"127.0.0.1:{port}", temp_dir, env
+        yield address, temp_dir, env
     finally:
-        _stop_head(temp_dir, f"127.0.0.1:{port}")
+        if address:
+            _stop_head(temp_dir, address)
         shutil.rmtree(own, ignore_errors=True)
 
 
