@@ -10,7 +10,7 @@ from typing import Any
 
 from tierload.units import format_bytes
 
-TIERS = ("hot", "peer", "warm", "cold")
+TIERS = ("hot", "staged", "peer", "warm", "cold")
 
 
 def _usage(used: int, capacity: int) -> str:
@@ -34,7 +34,7 @@ def render_node(node: dict[str, Any]) -> list[str]:
         lines.append(f"  {level['tier']:<10}{_usage(level['used_bytes'], level['capacity_bytes']):>32}"
                      f"{level['blocks']:>9,}")
     ratio = node["hit_ratio"]
-    lines.append(f"  hits      {'  '.join(f'{tier} {ratio[tier] * 100:.1f}%' for tier in TIERS)}"
+    lines.append(f"  hits      {'  '.join(f'{tier} {ratio.get(tier, 0.0) * 100:.1f}%' for tier in TIERS)}"
                  f"  of {node['accesses']:,} accesses")
     lines.append(f"  traffic   S3 {format_bytes(node['cold_bytes'])} in {node['cold_gets']:,} GETs  "
                  f"warm {format_bytes(node.get('warm_bytes', 0))} read  {node['peer_hits']:,} from peers, "

@@ -47,7 +47,8 @@ _TIER = ("node", "tier")
 METRICS: tuple[MetricSpec, ...] = (
     # --- accesses and where they were served (node cache)
     MetricSpec("tierload_accesses", COUNTER, "Planned block accesses of the training streams", _NODE),
-    MetricSpec("tierload_hits", COUNTER, "Block accesses served by a tier (hot, peer, warm)", _TIER),
+    MetricSpec("tierload_hits", COUNTER, "Block accesses served by a tier (hot, peer, warm; staged: by a copy the hot "
+               "tier refused, held in memory for the prefetch window)", _TIER),
     MetricSpec("tierload_misses", COUNTER, "Block accesses a tier could not serve (hot: not in hot; warm: went to "
                "cold)", _TIER),
     MetricSpec("tierload_read_bytes", COUNTER, "Bytes read from a tier by the node cache (cold, warm, peer; hot: "

@@ -16,7 +16,7 @@ from tierload.metrics.catalog import BY_NAME
 from tierload.stores.cold.retry import Failure
 
 # Served-from counters of the node's stats, by tier.
-_HITS = (("hot", "hot_hits"), ("peer", "peer_hits"), ("warm", "warm_hits"))
+_HITS = (("hot", "hot_hits"), ("staged", "staged_hits"), ("peer", "peer_hits"), ("warm", "warm_hits"))
 _READ_BYTES = (("cold", "cold_bytes"), ("warm", "warm_bytes"), ("peer", "peer_bytes"), ("hot", "wire_raw_bytes"))
 _LEVEL_COUNTERS = (("tierload_admissions", "admissions"), ("tierload_evictions", "evictions"),
                    ("tierload_refusals", "refusals"), ("tierload_promotions", "promotions"),

@@ -67,6 +67,9 @@ class _Fetch:
     counted: bool
     block: Block | None
     readers: Mapping[str, str] | None = None  # without a stream: whose credentials read it (ds[i])
+    # Streams whose counted access came while this fetch was in flight: the fetch's end says
+    # whether the hot tier took the block (a hot hit) or refused it (served by the staged copy).
+    joiners: list[Stream] = field(default_factory=list)
 
 
 def _readers(fetch: _Fetch) -> Mapping[str, str] | None:
@@ -150,6 +153,20 @@ class Fetcher:
         """Whether ``key`` is being fetched, or held in memory for a consumer."""
         return key in self._inflight or key in self._staged
 
+    def is_staged(self, key: str) -> bool:
+        """Whether ``key`` is held in memory for a consumer (the hot tier refused it)."""
+        return key in self._staged
+
+    def join(self, key: str, stream: Stream) -> bool:
+        """Count ``stream``'s access of ``key`` when the fetch in flight ends: a hot hit if the hot
+        tier takes the block, a staged hit if it refuses it, nothing if the fetch fails (as the
+        fetch's own counted access). False, and nothing noted, when no fetch of ``key`` is in flight."""
+        fetch = self._inflight.get(key)
+        if fetch is None:
+            return False
+        fetch.joiners.append(stream)
+        return True
+
     def submit(self, key: str, stream: Stream | None, counted: bool,
                readers: Mapping[str, str] | None = None) -> None:
         """Start fetching ``key`` for ``stream`` (``counted``: the fetch's source is a hit counter;
@@ -197,7 +214,8 @@ class Fetcher:
         that epoch's counters right after would miss the fetch's cold GET.
         """
         deadline = time.monotonic() + timeout_s
-        while any(fetch.stream is not None and fetch.stream.finished and fetch.block is not None
+        while any(fetch.block is not None and any(stream is not None and stream.finished
+                                                  for stream in (fetch.stream, *fetch.joiners))
                   for fetch in self._inflight.values()):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -274,6 +292,9 @@ class Fetcher:
             if fetch.counted:
                 tally[{"warm": "warm_hits", "peer": "peer_hits", "cold": "cold_misses"}[done.source]] += 1
             self._accounting.latencies.append((done.source, done.seconds))
+            joined = Counter(hot_hits=1) if done.level is not None else Counter(staged_hits=1)
+            for stream in fetch.joiners if done.level is not None or key in self._staged else ():
+                self._accounting.tally(stream, joined)
         self._accounting.tally(fetch.stream, tally)
         self._inflight.pop(key, None)
 

@@ -10,7 +10,7 @@ request of just its bytes (the pack is not read from cold for one member).
 
 Every read is one access of its block for the counts and policies (a block earns its admission
 to the hot tier as a planned one does), counted in the node's counters with its source
-(``hot_hits``, ``peer_hits``, ``warm_hits``, ``cold_misses``; ``cold_gets`` and ``cold_bytes`` as
+(``hot_hits``, ``staged_hits``, ``peer_hits``, ``warm_hits``, ``cold_misses``; ``cold_gets`` and ``cold_bytes`` as
 for any cold read), plus ``random_reads``; it belongs to no stream, so no epoch's stats count it.
 """
 
@@ -100,7 +100,9 @@ class SampleReads:
             found = self._fetcher.wait_for(key, None, deadline)
         finally:
             self._fetcher.release(key)
-        self._count(Counter(hot_hits=1) if waits_for_another else Counter())
+        # Served by another's fetch: from the hot tier, or its staged copy if the hot tier refused it.
+        served_by = Counter(hot_hits=1) if isinstance(found, int) else Counter(staged_hits=1)
+        self._count(served_by if waits_for_another else Counter())
         if isinstance(found, int):
             return HotBlock(found)
         if member is not None:

@@ -7,6 +7,7 @@ from collections import Counter
 COUNTERS = (
     "accesses",             # planned block accesses of the epoch (runs)
     "hot_hits",             # ... served by a block already in (or on its way into) the hot tier
+    "staged_hits",          # ... served by a copy the hot tier refused, held in memory while the window pins it
     "peer_hits",            # ... brought from another node's hot tier
     "warm_hits",            # ... brought from the warm tier
     "cold_misses",          # ... brought from the cold tier
@@ -33,9 +34,13 @@ def new_stats() -> Counter:
 
 
 def hit_ratios(stats: dict) -> dict[str, float]:
-    """Fraction of accesses served from each tier: ``{"hot", "peer", "warm", "cold"}``."""
+    """Fraction of accesses served from each tier: ``{"hot", "staged", "peer", "warm", "cold"}``.
+
+    ``staged``: by a copy the hot tier refused, held in memory for the prefetch window's accesses
+    (not a hot-tier hit: Belady's MIN at the hot capacity has no such copy).
+    """
     accesses = stats.get("accesses", 0) or 0
-    tiers = (("hot", "hits"), ("peer", "hits"), ("warm", "hits"), ("cold", "misses"))
+    tiers = (("hot", "hits"), ("staged", "hits"), ("peer", "hits"), ("warm", "hits"), ("cold", "misses"))
     if not accesses:
         return {tier: 0.0 for tier, _ in tiers}
     return {tier: stats.get(f"{tier}_{kind}", 0) / accesses for tier, kind in tiers}

@@ -239,11 +239,22 @@ class StreamTable:
         stream.mark_scheduled(run)
         self._pins.pin(key)
         stream.window_bytes += block.length
-        present = self._hot.level_of(key) is not None or self._fetcher.busy_with(key)
+        outcome = self._known_outcome(key)
         if counted:
-            self._accounting.count_access(stream, block, "hot_hits" if present else None)
-        if not present:
+            self._accounting.count_access(stream, block, outcome)
+        if outcome is not None:
+            return
+        # A fetch already in flight serves this access too; a counted one learns its outcome there.
+        in_flight = self._fetcher.join(key, stream) if counted else self._fetcher.busy_with(key)
+        if not in_flight:
             self._fetcher.submit(key, stream, counted)
+
+    def _known_outcome(self, key: str) -> str | None:
+        """The hit counter a planned access of ``key`` adds to now; None while a fetch decides it
+        (one in flight, or the one this access starts)."""
+        if self._hot.level_of(key) is not None:
+            return "hot_hits"
+        return "staged_hits" if self._fetcher.is_staged(key) else None
 
     def _release(self, stream: Stream, run: int) -> None:
         block = self._block_of_run(stream, run)

@@ -169,7 +169,8 @@ def table(report: dict[str, Any]) -> str:
         lines.append("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in cells))
     lines += ["", "hit(B): share of the epoch's sample bytes not read from S3 during it; hot hit: tierload's own "
               "counter (share of accesses served by the hot tier; an access is one run of a block's samples in a "
-              "rank's order, so consecutive samples of one block are one access); MIN: Belady's MIN hit ratio on "
+              "rank's order, so consecutive samples of one block are one access; an access served by a copy the "
+              "hot tier refused, held in memory for the prefetch window, is not one); MIN: Belady's MIN hit ratio on "
               "the same accesses at the hot capacity (hot hit <= MIN); peak RSS: the contender's whole process "
               "tree (loader workers, Ray)."]
     if notes:

@@ -60,7 +60,8 @@ def run(ctx: Context) -> dict:
         def extra(epoch: int) -> dict:
             stats = dataset.epoch_stats(epoch)
             ratios = hit_ratios(stats)
-            return {"hot_hit_ratio": ratios["hot"], "warm_hit_ratio": ratios["warm"],
+            return {"hot_hit_ratio": ratios["hot"], "staged_hit_ratio": ratios["staged"],
+                    "warm_hit_ratio": ratios["warm"],
                     "tierload_cold_bytes": int(stats.get("cold_bytes", 0)),
                     "tierload_cold_gets": int(stats.get("cold_gets", 0)),
                     "tierload_stall_fraction": dataset.stall_stats()["epochs"][-1]["stall_fraction"]}
