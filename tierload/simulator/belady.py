@@ -132,11 +132,11 @@ def min_hits(block: np.ndarray, block_bytes: np.ndarray, capacity_bytes: int, no
         hits = min_hits_fast(block, block_bytes, capacity_bytes, node)
         if progress is not None:
             progress(len(block), len(block))
-        return MinResult(hits, len(block), _exact(block, block_bytes), time.process_time() - started)
+        return MinResult(hits, len(block), min_is_exact(block, block_bytes), time.process_time() - started)
     block = np.asarray(block, dtype=np.int64)
     nexts = next_use(block, node)
     sizes = np.asarray(block_bytes, dtype=np.int64).tolist()
-    exact = _exact(block, block_bytes)
+    exact = min_is_exact(block, block_bytes)
     hits, done = 0, 0
     for positions in _node_groups(block, node):
         tick = None if progress is None else (lambda count, base=done: progress(base + count, len(block)))
@@ -145,7 +145,7 @@ def min_hits(block: np.ndarray, block_bytes: np.ndarray, capacity_bytes: int, no
     return MinResult(hits, len(block), exact, time.process_time() - started)
 
 
-def _exact(block: np.ndarray, block_bytes: np.ndarray) -> bool:
+def min_is_exact(block: np.ndarray, block_bytes: np.ndarray) -> bool:
     """Whether every block the trace touches has the same size (MIN is then the optimum)."""
     sizes = np.asarray(block_bytes)
     if not len(block) or not len(sizes):

@@ -2,11 +2,15 @@
 
 MIN is computed on the same accesses the node cache's hot-hit counter counts (one per counted
 run of :func:`tierload.data.runs.counted_runs`, as the simulator's traces), not one per sample:
-consecutive samples of one block are one access, so ``hot hit <= MIN`` holds.
+consecutive samples of one block are one access. When every block has the same size MIN is the
+optimum and ``hot hit <= MIN`` holds over the run; with blocks of different sizes Belady's rule
+is a reference, not a bound (the optimum is NP-hard there: Chrobak et al., "Caching Is Hard --
+Even in the Fault Model", Algorithmica 63, 2012), and a policy may beat it by a few accesses.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -14,7 +18,21 @@ import numpy as np
 from tierload.data.block_columns import block_lengths
 from tierload.data.runs import counted_runs
 from tierload.frames.blockfile import HEADER_SIZE
-from tierload.simulator.belady import min_hit_flags
+from tierload.simulator.belady import min_hit_flags, min_is_exact
+
+
+@dataclass(frozen=True)
+class MinReference:
+    """Belady's MIN per epoch of a run.
+
+    Attributes:
+        ratios: MIN's hit ratio in each epoch (hits / accesses, 0..1).
+        exact: True when every block the run touches has the same size: MIN is then the
+            optimum, an upper bound of any policy's hits over the run.
+    """
+
+    ratios: list[float]
+    exact: bool
 
 
 def min_hit_ratios(epochs: Sequence[np.ndarray], sizes: Sequence[int] | np.ndarray,
@@ -45,8 +63,9 @@ def access_trace(sample_block: np.ndarray, orders: Sequence[np.ndarray], reuse_g
     return [counted_runs(this, ahead, reuse_gap)[0] for this, ahead in zip(blocks[:-1], blocks[1:], strict=True)]
 
 
-def dataset_min_hit_ratios(dataset: Any, epochs: int, capacity_bytes: int) -> list[float]:
-    """MIN's hit ratio in each of ``epochs`` epochs of a TieredDataset's rank, at ``capacity_bytes``.
+def dataset_min_hit_ratios(dataset: Any, epochs: int, capacity_bytes: int) -> MinReference:
+    """MIN's hit ratio in each of ``epochs`` epochs of a TieredDataset's rank, at ``capacity_bytes``,
+    and whether it is the optimum (blocks of one size).
 
     Over the accesses its node cache stream counts (:func:`access_trace`), with blocks at their
     stored size (payload + header), as the hot tier holds them and a recorded trace gives them.
@@ -61,4 +80,5 @@ def dataset_min_hit_ratios(dataset: Any, epochs: int, capacity_bytes: int) -> li
     # The dataset's own run grouping: a mixture's stretches its sources' windows over the interleave.
     trace = access_trace(manifest.sample_block, orders, dataset._reuse_gap())
     sizes = block_lengths(manifest.blocks) + HEADER_SIZE
-    return min_hit_ratios(trace, sizes, capacity_bytes)
+    exact = min_is_exact(np.concatenate(trace), sizes)
+    return MinReference(min_hit_ratios(trace, sizes, capacity_bytes), exact)

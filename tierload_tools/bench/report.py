@@ -153,7 +153,7 @@ def table(report: dict[str, Any]) -> str:
                 name if first else "", str(row["epoch"] + 1), _fmt(row["samples_per_s"], ".1f"),
                 _fmt(row["stall_fraction"], ".1%"), _fmt(row["s3_gets"], ".0f"), _fmt(row["s3_bytes"] / 1e6, ".1f"),
                 _fmt(row["byte_hit_ratio"], ".1%"), _fmt(row.get("hot_hit_ratio"), ".1%"),
-                _fmt(row.get("min_hit_ratio"), ".1%"),
+                _fmt(row.get("min_hit_ratio"), ".1%") + ("" if row.get("min_exact", True) else "*"),
                 _fmt(entry["setup_s"], ".1f") if first else "",
                 (_fmt(conversion["seconds"], ".1f") if conversion else "-") if first else "",
                 _fmt(entry["peak_rss_bytes"] / 1e6, ".0f") if first else ""))
@@ -171,7 +171,9 @@ def table(report: dict[str, Any]) -> str:
               "counter (share of accesses served by the hot tier; an access is one run of a block's samples in a "
               "rank's order, so consecutive samples of one block are one access; an access served by a copy the "
               "hot tier refused, held in memory for the prefetch window, is not one); MIN: Belady's MIN hit ratio on "
-              "the same accesses at the hot capacity (hot hit <= MIN); peak RSS: the contender's whole process "
+              "the same accesses at the hot capacity, the optimum when blocks have one size (hot hit <= MIN over "
+              "the run); MIN*: blocks of different sizes, where Belady's rule is a reference a policy may beat, "
+              "not a bound (the optimum is NP-hard: Chrobak et al. 2012); peak RSS: the contender's whole process "
               "tree (loader workers, Ray)."]
     if notes:
         lines += ["notes:"] + [f"  {note}" for note in notes]

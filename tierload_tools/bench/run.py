@@ -282,6 +282,8 @@ def _median_epochs(runs: list[dict]) -> list[dict[str, Any]]:
                        if isinstance(v.get(name), (int, float)) and not isinstance(v[name], bool)]
             if name != "epoch" and len(numbers) == len(values):
                 row[name] = statistics.median(numbers)
+            elif all(isinstance(v.get(name), bool) for v in values):  # a flag such as min_exact: in every run
+                row[name] = all(v[name] for v in values)
         if "samples_per_s" in row and all(v.get("link") for v in values):
             # a timeline has no median: the run whose samples/s is nearest the median's
             row["link"] = min(values, key=lambda v: abs(v["samples_per_s"] - row["samples_per_s"]))["link"]

@@ -68,9 +68,9 @@ def run(ctx: Context) -> dict:
 
         epochs = run_epochs(workload, ctx.dataset, ctx.endpoint_url, for_epoch, extra)
         # MIN on the accesses the hot-hit counter counts (one per run of a block), not per sample
-        ratios = dataset_min_hit_ratios(dataset, workload.epochs, config.hot.capacity_bytes)
-        for row, ratio in zip(epochs, ratios, strict=True):
-            row["min_hit_ratio"] = ratio
+        reference = dataset_min_hit_ratios(dataset, workload.epochs, config.hot.capacity_bytes)
+        for row, ratio in zip(epochs, reference.ratios, strict=True):
+            row["min_hit_ratio"], row["min_exact"] = ratio, reference.exact
         return {"setup_s": setup_s, "epochs": epochs,
                 "notes": f"hot {config.hot.capacity_bytes / 1e6:.0f} MB, warm "
                          + (f"{config.warm.capacity_bytes / 1e6:.0f} MB" if config.warm.url else "disabled")}

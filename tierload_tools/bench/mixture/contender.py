@@ -6,7 +6,7 @@ is a dict: ``sources`` (``[{"url", "weight"}, ...]``), ``storage_options``, ``en
 
 Per epoch: samples/s (the loop does no other work), samples per source, the node's accesses and
 hot hits and its hot hit ratio, Belady's MIN on the same accesses at the same capacity (optimal
-over the whole run: one epoch alone may see a hit MIN takes in the next)
+over the whole run when the objects have one size: one epoch alone may see a hit MIN takes in the next)
 (:func:`tierload_tools.bench.belady.dataset_min_hit_ratios`), and the emulated S3's GETs and bytes.
 """
 
@@ -53,7 +53,7 @@ def tierload_mixture(setup: dict[str, Any], watch: MemoryWatch) -> dict[str, Any
         workers = setup["num_workers"]
         loader = DataLoader(dataset, batch_size=setup["batch_size"], num_workers=workers,
                             persistent_workers=workers > 0, collate_fn=tierload.collate)
-        mins = dataset_min_hit_ratios(dataset, setup["epochs"], setup["hot_bytes"])
+        reference = dataset_min_hit_ratios(dataset, setup["epochs"], setup["hot_bytes"])
         rows = []
         for epoch in range(setup["epochs"]):
             dataset.set_epoch(epoch)
@@ -70,7 +70,8 @@ def tierload_mixture(setup: dict[str, Any], watch: MemoryWatch) -> dict[str, Any
                    "samples_per_s": samples / seconds if seconds else 0.0,
                    "per_source": {str(k): v for k, v in sorted(per_source.items())},
                    "accesses": int(stats.get("accesses", 0)), "hot_hits": int(stats.get("hot_hits", 0)),
-                   "hot_hit_ratio": hit_ratios(stats)["hot"], "min_hit_ratio": mins[epoch],
+                   "hot_hit_ratio": hit_ratios(stats)["hot"], "min_hit_ratio": reference.ratios[epoch],
+                   "min_exact": reference.exact,
                    "s3_gets": delta.get("get_requests", 0), "s3_bytes": delta.get("get_bytes", 0)}
             rows.append(row)
             print(f"epoch {epoch + 1}: " + json.dumps(row), file=sys.stderr, flush=True)

@@ -124,6 +124,11 @@ def run_mixture(options: MixtureOptions, out_dir: Path, echo: Callable[[str], No
     return report
 
 
+def _min_cell(row: dict[str, Any]) -> str:
+    """MIN's ratio, ``*`` after it when blocks of different sizes make it a reference, not the optimum."""
+    return f"{row['min_hit_ratio']:.3f}" + ("" if row.get("min_exact", True) else "*")
+
+
 def table(report: dict[str, Any]) -> str:
     """The report as text: the setup, then one line per epoch."""
     options = report["options"]
@@ -139,7 +144,7 @@ def table(report: dict[str, Any]) -> str:
     for row in run["epochs"]:
         per_source = "/".join(str(count) for count in row["per_source"].values())
         lines.append(f"{row['epoch'] + 1:>5} {row['samples']:>8} {per_source:>14} {row['samples_per_s']:>10.0f} "
-                     f"{row['hot_hit_ratio']:>8.3f} {row['min_hit_ratio']:>6.3f} {row['s3_gets']:>8} "
+                     f"{row['hot_hit_ratio']:>8.3f} {_min_cell(row):>6} {row['s3_gets']:>8} "
                      f"{row['s3_bytes'] / 1e6:>8.1f}")
     return "\n".join(lines)
 
