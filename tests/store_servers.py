@@ -6,6 +6,7 @@ tests/store_fixtures.py starts each once per session (per xdist worker).
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import fcntl
 import functools
@@ -21,6 +22,7 @@ from collections import Counter
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Iterator
 
 # Azurite's well-known development account (public, in Microsoft's documentation).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -58,6 +60,19 @@ def free_port() -> int:
     with socket.socket() as probe:  # no room below the ephemeral range: the kernel's pick
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections for as long as the block runs.
+
+    Bound and never listened on: a connection gets ECONNREFUSED at once, and no other process
+    can bind the port meanwhile (a port merely closed again could become a parallel test's
+    server before the connection is tried).
+    """
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        yield holder.getsockname()[1]
 
 
 def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout_s: float = 60.0) -> None:

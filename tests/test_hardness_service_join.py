@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import pytest
 from helpers import put_indexed_objects
+from store_servers import refused_port
 
 JOB = Path(__file__).resolve().parent / "hardness_ray_job.py"
 CLI = [sys.executable, "-m", "tierload.cli.main"]
@@ -90,10 +90,11 @@ def _cli(args: list[str], env: dict[str, str], timeout_s: float = 180) -> subpro
     return subprocess.run(CLI + args, capture_output=True, text=True, env=env, timeout=timeout_s)
 
 
-def _dead_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"  # closed again: nothing listens there
+@pytest.fixture
+def refusing_address():
+    """An address that refuses connections for the whole test (:func:`store_servers.refused_port`)."""
+    with refused_port() as port:
+        yield f"127.0.0.1:{port}"
 
 
 def test_status_joins_a_loopback_ray_by_its_address(owner):
@@ -116,9 +117,9 @@ def test_policy_set_reaches_the_service_by_address_and_through_the_cache_running
     assert "1 node cache(s)" in found_here.stdout, found_here.stdout
 
 
-def test_a_dead_address_fails_fast_with_a_service_error(owner, tmp_path):
+def test_a_dead_address_fails_fast_with_a_service_error(owner, tmp_path, refusing_address):
     spec, ready, config_path, env = owner
-    dead = _dead_address()
+    dead = refusing_address
     done = _cli(["policy", "set", config_path, "--address", dead], env, timeout_s=120)
     assert done.returncode == 5, (done.returncode, done.stderr[-3000:])  # ServiceError's exit code
     assert dead in done.stderr and "no Ray cluster answers" in done.stderr, done.stderr
@@ -223,9 +224,9 @@ def test_warm_by_address_stages_through_the_services_coordinator(owner):
     assert f"through the service at {ready['gcs']}" in done.stdout, done.stdout
 
 
-def test_every_join_names_a_dead_address_in_a_typed_failure(owner, tmp_path):
+def test_every_join_names_a_dead_address_in_a_typed_failure(owner, tmp_path, refusing_address):
     spec, ready, config_path, env = owner
-    dead = _dead_address()
+    dead = refusing_address
     status = _cli(["status", "--address", dead, "--config", config_path], env, timeout_s=120)
     assert status.returncode == 3 and f"no Ray cluster answers at '{dead}'" in status.stderr, status.stderr
     status_env = _cli(["status", "--config", config_path], {**env, "RAY_ADDRESS": dead}, timeout_s=120)

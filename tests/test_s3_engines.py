@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import multiprocessing
 import random
-import socket
 
 import pytest
 import rotating_credentials
 from faulty_s3 import FaultyS3
+from store_servers import refused_port
 from test_cold_async import proxied, put_objects, requests_over, source_for
 
 from tierload.errors import (
@@ -208,15 +208,13 @@ def test_a_session_token_is_sent_and_signed(s3, bucket):
 
 
 def test_an_endpoint_that_refuses_connections_is_retried_then_unreachable(s3):
-    with socket.socket() as probe:  # a port nothing listens on once closed
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    options = {**s3.storage_options, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
-                                                       "region_name": "us-east-1"}}
-    source = source_for("s3://nowhere/ds", options, max_attempts=2, outage_budget_s=0)  # no outage budget
-    tally: dict = {}
-    with pytest.raises(EndpointUnreachableError, match="outage_budget_s=0"):
-        source.read("s3://nowhere/ds/a", '"x"', 0, 10, tally)
+    with refused_port() as port:
+        options = {**s3.storage_options, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
+                                                           "region_name": "us-east-1"}}
+        source = source_for("s3://nowhere/ds", options, max_attempts=2, outage_budget_s=0)  # no outage budget
+        tally: dict = {}
+        with pytest.raises(EndpointUnreachableError, match="outage_budget_s=0"):
+            source.read("s3://nowhere/ds/a", '"x"', 0, 10, tally)
     assert tally["cold_gets"] == 2  # both attempts counted
 
 
@@ -256,16 +254,14 @@ def test_prepare_makes_the_client_and_sends_nothing(s3, bucket):
 
 def test_prepare_leaves_an_unreachable_endpoint_to_the_first_read(s3, bucket):
     name, _ = bucket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens there once closed
-    options = {**s3.storage_options, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
-                                                       "region_name": "us-east-1"}}
-    # No outage budget: a refused endpoint fails at once instead of being waited for 60 s.
-    source = source_for(f"s3://{name}/ds", options, max_attempts=1, outage_budget_s=0)
-    source.prepare()  # no request is sent, so nothing to fail
-    with pytest.raises(EndpointUnreachableError):
-        source.read(f"s3://{name}/ds/obj-000", '"0"', 0, 10)
+    with refused_port() as port:
+        options = {**s3.storage_options, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
+                                                           "region_name": "us-east-1"}}
+        # No outage budget: a refused endpoint fails at once instead of being waited for 60 s.
+        source = source_for(f"s3://{name}/ds", options, max_attempts=1, outage_budget_s=0)
+        source.prepare()  # no request is sent, so nothing to fail
+        with pytest.raises(EndpointUnreachableError):
+            source.read(f"s3://{name}/ds/obj-000", '"0"', 0, 10)
 
 
 def test_keys_obstore_cannot_name_exactly_are_read_through_aiobotocore(s3, bucket):
