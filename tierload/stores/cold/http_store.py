@@ -20,6 +20,7 @@ from fsspec.asyn import get_loop, sync
 
 from tierload.stores.cold.listing import ObjectListing, _Page
 from tierload.stores.cold.object_store import ObjectStoreBackend
+from tierload.stores.cold.obstore_exit import guard_running_loop
 from tierload.stores.cold.obstore_reads import quoted, shaped_error
 from tierload.stores.cold.obstore_stores import import_obstore, store_for
 
@@ -60,6 +61,7 @@ class HttpBackend(ObjectStoreBackend):
     async def _heads(self, source: ColdSource, urls: list[str]) -> list[dict]:
         obstore = import_obstore(source.protocol)
         gate = asyncio.Semaphore(HEADS_IN_FLIGHT)
+        guard_running_loop()  # the answers are delivered before the interpreter may finalize
 
         async def head(url: str) -> dict:
             store, path = store_for(source, url)

@@ -21,6 +21,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from tierload.stores.cold.async_reads import S3RangeReader
+from tierload.stores.cold.obstore_exit import guard_running_loop
 from tierload.stores.cold.obstore_stores import S3_SCHEMES, client_for, import_obstore, split_url
 
 if TYPE_CHECKING:
@@ -144,6 +145,7 @@ class ObstoreRangeReader(S3RangeReader):
             options["range"] = (start, end)
         if version.startswith('"'):
             options["if_match"] = version
+        guard_running_loop()  # its answer is delivered before the interpreter may finalize
         try:
             result = await self._obstore.get_async(store, key, options=options)
             data = bytes(await result.bytes_async())
