@@ -6,9 +6,9 @@ callback, then writes a byte to the loop's self-pipe with the GIL released. A lo
 awake runs the callback before that write returns; when it was the process's last read, the
 main thread can reach ``Py_FinalizeEx`` meanwhile, and the tokio thread, taking the GIL back
 in a finalizing interpreter, is ended by ``pthread_exit`` inside Rust frames: the process
-aborts (SIGABRT, nothing on stderr) after a run that succeeded. Seen in 2 of ~1,000 short-lived
-reader processes on a loaded 2-core machine, and in CI; the core dump's stacks are in
-``benchmarks/results/2026-12-03-exit-abort``.
+aborts (SIGABRT, nothing on stderr) after a run that succeeded. Seen in 3 of 1,266 short-lived
+reader processes on a loaded 2-core machine, and once in a full test run; the core dump's stacks
+are in ``benchmarks/results/2026-12-03-exit-abort``.
 
 So the awaiting loop's ``call_soon_threadsafe`` is counted while it runs, and an ``atexit``
 hook (atexit runs before finalization, while other threads can still take the GIL) waits until
