@@ -66,3 +66,19 @@ def test_settle_waits_for_a_thread_inside_call_soon_threadsafe():
         loop.call_soon_threadsafe(loop.stop)
         runner.join(10)
         loop.close()
+
+
+def test_a_forked_child_starts_with_nothing_inside():
+    import os
+
+    read, write = os.pipe()
+    with obstore_exit._lock:  # held by this thread at the fork, as another thread's could be
+        pid = os.fork()
+        if pid == 0:  # the child: its lock is free and nothing is counted inside
+            os.write(write, b"%d" % (obstore_exit.inside() + (0 if obstore_exit._lock.acquire(timeout=5) else 10)))
+            os._exit(0)
+    os.waitpid(pid, 0)
+    answer = os.read(read, 8)
+    os.close(read)
+    os.close(write)
+    assert answer == b"0"  # b"10": the lock stayed held in the child, whose every call would hang

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -36,6 +37,16 @@ _GUARDED = "_tierload_obstore_exit_guard"
 _lock = threading.Lock()
 _inside = 0  # calls of a guarded loop's call_soon_threadsafe that have not returned
 _hooked = False
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the threads that were inside the call (nor the lock's holder);
+    fsspec gives it a loop of its own."""
+    global _lock, _inside
+    _lock, _inside = threading.Lock(), 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def guard_running_loop() -> None:
