@@ -292,9 +292,10 @@ class Fetcher:
             if fetch.counted:
                 tally[{"warm": "warm_hits", "peer": "peer_hits", "cold": "cold_misses"}[done.source]] += 1
             self._accounting.latencies.append((done.source, done.seconds))
-            joined = Counter(hot_hits=1) if done.level is not None else Counter(staged_hits=1)
-            for stream in fetch.joiners if done.level is not None or key in self._staged else ():
-                self._accounting.tally(stream, joined)
+            if fetch.joiners and (done.level is not None or key in self._staged):
+                joined = Counter(hot_hits=1) if done.level is not None else Counter(staged_hits=1)
+                for stream in fetch.joiners:
+                    self._accounting.tally(stream, joined)
         self._accounting.tally(fetch.stream, tally)
         self._inflight.pop(key, None)
 

@@ -100,9 +100,10 @@ class SampleReads:
             found = self._fetcher.wait_for(key, None, deadline)
         finally:
             self._fetcher.release(key)
-        # Served by another's fetch: from the hot tier, or its staged copy if the hot tier refused it.
-        served_by = Counter(hot_hits=1) if isinstance(found, int) else Counter(staged_hits=1)
-        self._count(served_by if waits_for_another else Counter())
+        if not waits_for_another:
+            self._count(Counter())  # the fetch this read started counts its source
+        else:  # served by another's fetch: from the hot tier, or its staged copy if the hot tier refused it
+            self._count(Counter(hot_hits=1) if isinstance(found, int) else Counter(staged_hits=1))
         if isinstance(found, int):
             return HotBlock(found)
         if member is not None:
