@@ -64,3 +64,30 @@ def test_obstore_an_always_throttled_object_costs_max_attempts_gets(s3, bucket, 
             source.read(obj.url, obj.version, 0, obj.size, tally)
         assert proxy.faults.gets[key] == max_attempts == tally["cold_gets"]
         assert raised.value.url == obj.url
+
+
+def test_small_bodies_read_in_place_wait_for_a_held_back_body_and_a_cut_one_is_retried(s3, bucket):
+    """A body of at most ``IN_PLACE_BODY_MAX_BYTES`` is read once its headers are in, in place (not through
+    a second future). The proxy sends each answer's headers, then holds the body back 0.3 s: the small
+    objects' bytes are still exact, as are the larger ones' (the other branch). A small body cut off
+    halfway is a failed attempt, read again."""
+    from tierload.stores.cold.obstore_reads import IN_PLACE_BODY_MAX_BYTES
+
+    name, fs = bucket
+    small = put_objects(fs, f"{name}/in-place/small", 3, 4000)
+    large = put_objects(fs, f"{name}/in-place/large", 2, 20000)
+    assert 4000 <= IN_PLACE_BODY_MAX_BYTES < 20000  # both branches below
+    with FaultyS3(s3.endpoint_url) as proxy:
+        source = source_for(f"s3://{name}/in-place", proxied(s3, proxy), s3_engine="obstore")
+        objects = sorted(source.list_objects(), key=lambda obj: obj.url)
+        wanted = [(obj.url, obj.version, 0, obj.size) for obj in objects]
+        proxy.faults.slow_chunk_s = 0.3
+        assert source.read_ranges(wanted) == [{**small, **large}[obj.url.removeprefix("s3://")] for obj in objects]
+        proxy.faults.slow_chunk_s = 0.0
+        cut = sorted(small)[0]
+        key = cut.removeprefix(f"{name}/")
+        proxy.faults.truncate_once.add(key)
+        before = proxy.faults.gets[key]
+        url, version = next((obj.url, obj.version) for obj in objects if obj.url == f"s3://{cut}")
+        assert source.read(url, version, 0, 4000) == small[cut]
+        assert proxy.faults.gets[key] - before == 2  # the cut attempt and the read that followed

@@ -37,6 +37,14 @@ _UNREACHABLE = ("connection refused", "error trying to connect", "tcp connect er
 # A body cut off mid-stream (hyper's IncompleteBody under reqwest's "response body error").
 _BROKEN_BODY = ("body error", "incompletebody", "unexpectedeof", "unexpected eof", "broken pipe")
 _TIMED_OUT = ("timed out", "timeout", "deadline has elapsed")
+# The largest range whose body is read in place once its headers have come (``GetResult.bytes()``,
+# which waits outside the GIL), not through a second future. A body this small travels in the same
+# flight as its headers (8 KiB and the headers fit a TCP initial window of 10 segments, RFC 6928), so
+# it is there to take. The second future was a third of the client's CPU per 4 KiB object: its answer
+# crosses from obstore's runtime thread to the loop (the GIL, the loop's self-pipe, a wake-up), 346-393
+# -> 228-248 us (benchmarks/results/2026-12-03-small-bodies/). The price: a small body that the network
+# holds back (a lost segment, resent after the retransmission timeout) holds the loop as long.
+IN_PLACE_BODY_MAX_BYTES = 8 * 1024
 
 
 class StoreAnswer(Exception):
@@ -148,7 +156,10 @@ class ObstoreRangeReader(S3RangeReader):
         guard_running_loop()  # its answer is delivered before the interpreter may finalize
         try:
             result = await self._obstore.get_async(store, key, options=options)
-            data = bytes(await result.bytes_async())
+            if 0 < end - start <= IN_PLACE_BODY_MAX_BYTES:
+                data = bytes(result.bytes())
+            else:
+                data = bytes(await result.bytes_async())
         except Exception as exc:
             shaped = shaped_error(exc)
             if shaped is exc:
