@@ -10,6 +10,7 @@ that fails as a whole.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from cases_common import collect_raw, proxied
@@ -21,7 +22,7 @@ from torch.utils.data import DataLoader
 from tierload.errors import EndpointUnreachableError, TransientBackendError
 from tierload.stores.cold.errors import error_code, translate_error
 from tierload.stores.cold.obstore_reads import shaped_error
-from tierload.stores.cold.retry import Failure, classify
+from tierload.stores.cold.retry import HEALTH, Failure, RetryBudget, classify
 
 
 def _one_object(s3, bucket, proxy, **cold):
@@ -109,6 +110,22 @@ def test_error_sending_request_is_the_endpoints_failure():
     assert isinstance(shaped, ConnectionResetError)
     error = translate_error(shaped, "s3://bucket/key")
     assert classify(error, error_code(shaped), [type(shaped).__name__]) is Failure.DOWN
+
+
+def test_an_answer_to_a_request_sent_before_the_first_failure_does_not_end_the_outage_ride():
+    """CI on 2026-12-03 lost F03's epoch (``gave up after 3 requests (cold.max_attempts=3)`` 3 ms into
+    the outage): an answer that arrived after the port closed, to a request sent before, counted as
+    the endpoint being alive. Only a request sent after a read's first failure can show that."""
+    endpoint = "http://127.0.0.1:9/answered-around-an-outage"  # this test's own entry in the process's HEALTH
+    sent_before_the_outage = time.monotonic()
+    budget = RetryBudget(max_attempts=2, outage_budget_s=30, endpoint=endpoint)
+    assert budget.after_failure(Failure.DOWN) is not None
+    HEALTH.answered(endpoint, sent_before_the_outage)  # its answer arrives only now
+    assert budget.after_failure(Failure.DOWN) is not None  # past max_attempts: riding the outage
+    HEALTH.answered(endpoint, time.monotonic())  # sent after the first failure, and answered
+    assert budget.after_failure(Failure.DOWN) is None  # the endpoint is up: this object's own failure
+    final = budget.final_error(EndpointUnreachableError("refused", tier="cold", url="s3://b/k"), Failure.DOWN)
+    assert "gave up after 3 requests (cold.max_attempts=2)" in final.message
 
 
 def test_reads_on_kept_alive_connections_wait_out_a_short_outage(s3, bucket):

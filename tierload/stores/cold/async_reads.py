@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +204,7 @@ class S3RangeReader:
         token = await limit.acquire(retry)
         outcome: Failure | None = Failure.FINAL
         tally["cold_gets"] = tally.get("cold_gets", 0) + 1
+        sent_at = time.monotonic()
         try:
             if end == start:
                 data = await self._get_nothing(url, bucket, key, version, start)
@@ -214,11 +216,11 @@ class S3RangeReader:
             error = translate_error(exc, url)
             outcome = classify(error, error_code(exc), (type(cause).__name__ for cause in exception_chain(exc)))
             if outcome in (Failure.FINAL, Failure.THROTTLED):  # the endpoint answered
-                HEALTH.answered(self._endpoint)
+                HEALTH.answered(self._endpoint, sent_at)
             raise _FailedRequest(error, outcome, exc) from exc
         finally:
             limit.release(token, outcome)
-        HEALTH.answered(self._endpoint)
+        HEALTH.answered(self._endpoint, sent_at)
         tally["cold_bytes"] = tally.get("cold_bytes", 0) + len(data)
         return data
 

@@ -50,6 +50,7 @@ def call_with_retries(url: str, call: Callable[[], T], config: ColdConfig, endpo
     while True:
         if rate is not None:
             rate.wait()
+        sent_at = time.monotonic()
         try:
             result = call()
         except Exception as exc:  # noqa: BLE001 - translated and classified in one place
@@ -64,5 +65,5 @@ def call_with_retries(url: str, call: Callable[[], T], config: ColdConfig, endpo
             time.sleep(delay)
             continue
         if notes_health:
-            HEALTH.answered(endpoint)
+            HEALTH.answered(endpoint, sent_at)
         return result

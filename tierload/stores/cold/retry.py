@@ -76,22 +76,31 @@ def classify(error: BaseException, code: str, cause_names: Iterable[str]) -> Fai
 
 
 class EndpointHealth:
-    """When each endpoint last answered a request (``time.monotonic()``), for this process."""
+    """When each endpoint last answered a request, by when that request was sent (``time.monotonic()``).
+
+    The send time, not the answer's arrival, tells whether the endpoint was alive after a
+    failure: a request sent before an outage may still be answered just after it began (its
+    answer already on the wire), which proves nothing about the endpoint since. A full suite
+    run on 2026-12-02 lost an epoch that way (``test_an_epoch_survives_a_10s_outage``): a read
+    gave up at ``cold.max_attempts`` within 4 ms of the port closing, because an answer to an
+    earlier request arrived in between.
+    """
 
     def __init__(self) -> None:
-        self._answered: dict[str, float] = {}
+        self._answered_sent_at: dict[str, float] = {}
 
-    def answered(self, endpoint: str) -> None:
-        """Record that ``endpoint`` answered a request just now."""
-        self._answered[endpoint] = time.monotonic()
+    def answered(self, endpoint: str, sent_at: float) -> None:
+        """Record that ``endpoint`` answered a request sent at ``sent_at`` (monotonic seconds)."""
+        if sent_at > self._answered_sent_at.get(endpoint, float("-inf")):
+            self._answered_sent_at[endpoint] = sent_at
 
     def ever_answered(self, endpoint: str) -> bool:
         """Whether ``endpoint`` answered any request in this process."""
-        return endpoint in self._answered
+        return endpoint in self._answered_sent_at
 
     def answered_since(self, endpoint: str, since: float) -> bool:
-        """Whether ``endpoint`` answered any request after ``since`` (monotonic seconds)."""
-        return self._answered.get(endpoint, float("-inf")) > since
+        """Whether ``endpoint`` answered a request sent after ``since`` (monotonic seconds)."""
+        return self._answered_sent_at.get(endpoint, float("-inf")) > since
 
 
 HEALTH = EndpointHealth()
