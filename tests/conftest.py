@@ -62,18 +62,18 @@ def ray_session(tmp_path_factory):
     # Actors import test-only helpers (e.g. a rotating credential provider) from tests/.
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
-    from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config
+    from tierload.config.loading import load_config
+    from tierload.deploy.runtime import ensure_ray
 
-    # Started as tierload starts its own local Ray (no API server, autoscaler monitor or idle
-    # workers): one such Ray per xdist worker idles the whole session. Metrics stay on, as by
-    # default: tests/test_metrics.py scrapes this Ray's Prometheus endpoint. No log monitor: nothing
-    # here reads the workers' output (log_to_driver=False), and it used 11-16 CPU-s per xdist worker's
-    # Ray in a full suite (2026-12-02). Measured (cpuacct, start + one actor + shutdown): 8.9 CPU-s ->
-    # 5.9, idle 0.077 -> 0.033 CPU-s per second.
-    with lean_local_ray(metrics=True, log_to_driver=False):
-        ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 object_store_memory=200 * 2**20, namespace="tierload", log_to_driver=False,
-                 configure_logging=False, _system_config=local_ray_system_config(metrics=True))
+    # Started as a job starts tierload's own local Ray (one node on loopback; no API server,
+    # autoscaler monitor or idle workers): one such Ray per xdist worker idles the whole session,
+    # and a job on it without a warm tier runs no coordinator, as a user's would. Metrics stay on,
+    # as by default: tests/test_metrics.py scrapes this Ray's Prometheus endpoint. No log monitor:
+    # nothing here reads the workers' output, and it used 11-16 CPU-s per xdist worker's Ray in a
+    # full suite (2026-12-02). Measured (cpuacct, start + one actor + shutdown): 8.9 CPU-s -> 5.9,
+    # idle 0.077 -> 0.033 CPU-s per second.
+    ensure_ray(load_config({"ray": {"num_cpus": 2, "object_store_memory_bytes": 200 * 2**20},
+                            "metrics": {"enabled": True}}, environ={}), log_to_driver=False)
     yield ray
     ray.shutdown()
 

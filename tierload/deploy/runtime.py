@@ -55,7 +55,7 @@ def ray_connected() -> bool:
     return ray is not None and bool(ray.is_initialized())
 
 
-def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
+def ensure_ray(config: TierloadConfig, *, start: bool = True, log_to_driver: bool = True) -> None:
     """Connect to Ray if this process is not connected yet.
 
     A configured address (``ray.address`` or ``RAY_ADDRESS``) is joined only if something
@@ -67,6 +67,8 @@ def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
         config: The deployment's configuration (``ray`` section).
         start: False: never connect or start Ray here (a background thread's call: Ray that is
             not connected now was shut down on purpose, by the user or at exit).
+        log_to_driver: False: a local Ray started here sends its workers' output nowhere and
+            starts no log monitor (for a process that reads none of it).
 
     Raises:
         ServiceError: Ray could not be started or reached, nothing answers at the address, or
@@ -89,10 +91,10 @@ def ensure_ray(config: TierloadConfig, *, start: bool = True) -> None:
         # Sized to what tierload uses (no API server, no idle workers; no metrics agent unless metrics
         # are asked for): tierload.deploy.local_ray.
         metrics = config.metrics.enabled
-        with _loopback_node(), lean_local_ray(metrics):
+        with _loopback_node(), lean_local_ray(metrics, log_to_driver):
             ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
                      _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
-                     object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=True,
+                     object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=log_to_driver,
                      configure_logging=False, _system_config=local_ray_system_config(metrics))
         _own_local_node = ray.get_runtime_context().get_node_id()
         # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
