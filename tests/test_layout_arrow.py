@@ -51,7 +51,7 @@ def test_record_batches_are_blocks_and_rows_are_samples(bucket, tier_config, mak
     fs.pipe_file(f"{name}/ipc/part-0.arrow", write_ipc(kind, table(0), batch_rows=25))
     fs.pipe_file(f"{name}/ipc/part-1.arrow", write_ipc(kind, table(ROWS, 77), batch_rows=30))
     fs.invalidate_cache()
-    config = tier_config(manifest={"block_bytes": "4KiB"})
+    config = tier_config(warm=None, manifest={"block_bytes": "4KiB"})
     dataset = make_dataset(f"s3://{name}/ipc", config)
     manifest = dataset.manifest
     assert manifest.layout == "arrow" and manifest.num_samples == ROWS + 77
@@ -69,7 +69,7 @@ def test_datasets_save_to_disk_shards(tmp_path, tier_config, make_dataset):
     hf = datasets.Dataset.from_dict(table(0).drop_columns(["vec"]).to_pydict())
     hf.save_to_disk(str(source), max_shard_size="8KB")
     assert len(list(source.glob("*.arrow"))) > 1
-    dataset = make_dataset(f"file://{source}", tier_config(manifest={"block_bytes": "2KiB"}), layout="arrow",
+    dataset = make_dataset(f"file://{source}", tier_config(warm=None, manifest={"block_bytes": "2KiB"}), layout="arrow",
                            storage_options={})
     assert all(url.endswith(".json") for url in dataset.manifest.skipped)  # state.json, dataset_info.json
     check_rows(dataset, 0, ROWS, {"id", "text"})
@@ -80,4 +80,4 @@ def test_unknown_column_is_a_config_error(tmp_path, tier_config, make_dataset):
     source.mkdir()
     (source / "a.arrow").write_bytes(write_ipc("stream", table(0, 10), batch_rows=5))
     with pytest.raises(ConfigError, match=r"\['txt'\].*'text'"):
-        make_dataset(f"file://{source}", tier_config(), columns=["txt"], storage_options={})
+        make_dataset(f"file://{source}", tier_config(warm=None), columns=["txt"], storage_options={})

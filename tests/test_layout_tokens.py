@@ -194,7 +194,7 @@ def window_ids(batches, expected: np.ndarray) -> list[int]:
 
 
 def token_config(tier_config):
-    return tier_config(manifest={"layout": "tokens", "seq_len_tokens": SEQ_LEN, "block_bytes": BLOCK_BYTES})
+    return tier_config(warm=None, manifest={"layout": "tokens", "seq_len_tokens": SEQ_LEN, "block_bytes": BLOCK_BYTES})
 
 
 def test_every_window_once_per_epoch_across_two_ranks_and_two_workers(bucket, tier_config, make_dataset):

@@ -26,7 +26,7 @@ def test_b36_members_of_one_sample_that_are_not_adjacent_make_whole_samples(buck
     name, fs = bucket
     fs.pipe_file(f"{name}/wds/shard-0.tar", tar_of([("0.a", b"a0"), ("1.a", b"a1"), ("0.b", b"b0"), ("1.b", b"b1")]))
     fs.invalidate_cache()
-    dataset = make_dataset(f"s3://{name}/wds", tier_config(), layout="webdataset", shuffle=False)
+    dataset = make_dataset(f"s3://{name}/wds", tier_config(warm=None), layout="webdataset", shuffle=False)
     samples = samples_of(dataset)
     assert sorted((s["__key__"], s["a"], s["b"]) for s in samples) == [("0", b"a0", b"b0"), ("1", b"a1", b"b1")]
 
@@ -41,7 +41,7 @@ def test_scattered_members_are_never_split_across_range_blocks(bucket, tier_conf
     members += [(f"{i:03d}.c", bytes([i])) for i in range(20, 30)]  # whole adjacent samples after them
     fs.pipe_file(f"{name}/wds/shard-0.tar", tar_of(members))
     fs.invalidate_cache()
-    dataset = make_dataset(f"s3://{name}/wds", tier_config(manifest={"block_bytes": 8192}), layout="webdataset",
+    dataset = make_dataset(f"s3://{name}/wds", tier_config(warm=None, manifest={"block_bytes": 8192}), layout="webdataset",
                            shuffle=False)
     assert len(dataset.manifest.blocks) > 1
     samples = samples_of(dataset)
@@ -68,7 +68,7 @@ def parquet_rows(bucket, make_dataset, tier_config, table: pa.Table) -> dict[int
     pq.write_table(table, buffer, row_group_size=2)
     fs.pipe_file(f"{name}/pq/part-0.parquet", buffer.getvalue())
     fs.invalidate_cache()
-    dataset = make_dataset(f"s3://{name}/pq", tier_config(), shuffle=False)
+    dataset = make_dataset(f"s3://{name}/pq", tier_config(warm=None), shuffle=False)
     assert len(dataset.manifest.blocks) == 2
     rows = {row.pop("i"): row for row, _label in dataset}
     assert sorted(rows) == [0, 1, 2, 3]

@@ -47,7 +47,7 @@ def test_text_only_epoch_reads_only_the_text_chunks_from_cold(bucket, tier_confi
     name, fs = bucket
     images, file_bytes = write_images_and_text(fs, f"{name}/captions/part-0.parquet")
     url = f"s3://{name}/captions"
-    config = tier_config()
+    config = tier_config(warm=None)
     text = make_dataset(url, config, columns=["text"], batch_size=8)
     rows = rows_of(text)
     assert sorted(row["text"] for row in rows) == sorted(f"caption of image {i}" for i in range(ROWS))
@@ -75,4 +75,4 @@ def test_unknown_column_is_a_config_error_naming_it(bucket, tier_config, make_da
     name, fs = bucket
     write_images_and_text(fs, f"{name}/typo/part-0.parquet")
     with pytest.raises(ConfigError, match=r"\['txet'\].*\['id', 'image', 'text'\]"):
-        make_dataset(f"s3://{name}/typo", tier_config(), columns=["txet"])
+        make_dataset(f"s3://{name}/typo", tier_config(warm=None), columns=["txet"])
