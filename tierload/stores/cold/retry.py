@@ -8,10 +8,11 @@ every number here counts requests at the endpoint. Two bounds, for two kinds of 
   stalls past ``cold.read_timeout_s`` or breaks off, a short body, a 5xx while other requests
   to the same endpoint succeed.
 * ``cold.outage_budget_s`` covers the endpoint failing as a whole: connections refused, reset
-  or timing out, or 5xx answers, while no request to that endpoint has been answered since
-  this read's first failure. Past ``max_attempts`` such a read keeps trying until the budget
-  (seconds since its first failure) is spent, then raises one error naming the budget and the
-  last cause. So an outage shorter than the budget costs time, not the epoch.
+  or timing out, or 5xx answers, while no request to that endpoint sent after this read's
+  first failure has been answered (see :class:`EndpointHealth`). Past ``max_attempts`` such a
+  read keeps trying until the budget (seconds since its first failure) is spent, then raises
+  one error naming the budget and the last cause. So an outage shorter than the budget costs
+  time, not the epoch.
 
 Backoff is capped exponential with full jitter; throttling backs off harder (and
 :class:`AdaptiveLimit` lowers the requests in flight). A lone read of one object that answers
