@@ -81,10 +81,10 @@ class EndpointHealth:
 
     The send time, not the answer's arrival, tells whether the endpoint was alive after a
     failure: a request sent before an outage may still be answered just after it began (its
-    answer already on the wire), which proves nothing about the endpoint since. A full suite
-    run on 2026-12-02 lost an epoch that way (``test_an_epoch_survives_a_10s_outage``): a read
-    gave up at ``cold.max_attempts`` within 4 ms of the port closing, because an answer to an
-    earlier request arrived in between.
+    answer already on the wire), which proves nothing about the endpoint since. CI on
+    2026-12-03 lost an epoch that way (``test_an_epoch_survives_a_10s_outage``): a read gave up
+    at ``cold.max_attempts`` 3 ms into the outage, because an answer to an earlier request
+    arrived in between.
     """
 
     def __init__(self) -> None:
