@@ -6,10 +6,14 @@ existence ends the job). Each mode prints one JSON line per event on stdout:
 
 - ``epoch``: read one epoch, then exit (event ``done``).
 - ``hold``: read one epoch, say ``ready``, then sleep until killed (a SIGTERM test).
-- ``shutdown``: read one epoch, ``ray.shutdown()``, wait 5 s and say whether Ray runs again,
-  build a new dataset, iterate it and the old one (event ``done``).
-- ``owner``: read one epoch with a local Ray of its own, say ``ready`` with the Ray's GCS
-  address and metrics port, wait for ``exit_when``.
+- ``shutdown``: start tierload's local Ray in this process (as a script that uses Ray itself
+  has it), read one epoch, ``ray.shutdown()``, wait 5 s and say whether Ray runs again, build a
+  new dataset, iterate it and the old one (event ``done``).
+- ``owner``: read one epoch with a local Ray of its own in this process, say ``ready`` with the
+  Ray's GCS address and metrics port, wait for ``exit_when``.
+
+The other modes start no Ray here: a process without Ray has tierload's service host start it
+(:mod:`tierload.deploy.host`).
 - ``joined``: read one epoch through a cache another job owns (no Ray here), say ``done`` with
   its stall figures and dataset id.
 """
@@ -38,6 +42,11 @@ def _epoch(dataset) -> int:
 def main(mode: str, spec: dict) -> None:
     import ray
 
+    if mode in ("shutdown", "owner"):
+        from tierload.config.loading import load_config
+        from tierload.deploy.runtime import ensure_ray
+
+        ensure_ray(load_config(spec["config"]))
     dataset = _dataset(spec, spec["url"])
     samples = _epoch(dataset)
     if mode == "epoch":
@@ -60,7 +69,8 @@ def main(mode: str, spec: dict) -> None:
     elif mode == "owner":
         context = ray.get_runtime_context()
         port = [node["MetricsExportPort"] for node in ray.nodes() if node["Alive"]][0]
-        _emit("ready", samples=samples, gcs=context.gcs_address, metrics_port=port, cache_pid=dataset._endpoint.pid)
+        _emit("ready", samples=samples, gcs=context.gcs_address, metrics_port=port, cache_pid=dataset._endpoint.pid,
+              node=context.get_node_id())
         while not __import__("os").path.exists(spec["exit_when"]):
             time.sleep(0.2)
     elif mode == "joined":

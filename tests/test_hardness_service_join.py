@@ -179,9 +179,10 @@ try:
     dataset = TieredDataset(spec["url"], spec["config"], storage_options=spec["storage_options"], layout="files",
                             **({"address": spec["address"]} if "address" in spec else {}))
     samples = sum(1 for _ in dataset)
-    joined = ray.is_initialized()  # asked before get_runtime_context(), which would start a Ray
+    # The node the cache runs on (a Ray node id), and whether Ray came into this process: a process without
+    # Ray has tierload's service host join the cluster (tierload.deploy.host).
     print("RESULT " + json.dumps({"samples": samples, "cache_pid": dataset._endpoint.pid,
-                                  "gcs": ray.get_runtime_context().gcs_address if joined else None}))
+                                  "node": dataset._endpoint.node_id, "ray_here": ray.is_initialized()}))
 except ServiceError as exc:
     print("RESULT " + json.dumps({"error": "ServiceError", "message": str(exc)}))
 """
@@ -205,13 +206,15 @@ def test_a_second_process_joins_by_address_and_by_ray_address(owner, tmp_path):
     spec, ready, config_path, env = owner
     # The owner's own configuration: its node cache is found here, through its channel.
     here = _join({**spec, "address": ready["gcs"]}, env)
-    assert here == {"samples": 10, "cache_pid": ready["cache_pid"], "gcs": None}, here
-    # Another hot tier: the process joins the owner's loopback Ray at its address, which starts that
-    # tier's node cache there (the path that hung on "Failed to connect to GCS at 192.0.2.2").
+    assert here == {"samples": 10, "cache_pid": ready["cache_pid"], "node": ready["node"], "ray_here": False}, here
+    # Another hot tier: the process (its service host) joins the owner's loopback Ray at its address, which
+    # starts that tier's node cache on the owner's node (the path that hung on "Failed to connect to GCS at
+    # 192.0.2.2"); a Ray of its own would be another node.
     by_argument = _join({**_elsewhere(spec, tmp_path / "argument"), "address": ready["gcs"]}, env)
-    assert by_argument["samples"] == 10 and by_argument["gcs"] == ready["gcs"], by_argument
+    assert by_argument["samples"] == 10 and by_argument["node"] == ready["node"], by_argument
+    assert by_argument["cache_pid"] != ready["cache_pid"] and not by_argument["ray_here"], by_argument
     by_environment = _join(_elsewhere(spec, tmp_path / "environment"), {**env, "RAY_ADDRESS": ready["gcs"]})
-    assert by_environment["samples"] == 10 and by_environment["gcs"] == ready["gcs"], by_environment
+    assert by_environment["samples"] == 10 and by_environment["node"] == ready["node"], by_environment
 
 
 def test_warm_by_address_stages_through_the_services_coordinator(owner):

@@ -137,6 +137,7 @@ def test_two_jobs_with_their_own_ray_share_one_node_cache_within_capacity(s3, bu
     jobs.append(owner)
     started = owner.wait_for("started")
     assert started["ray"] and started["cache_pid"] != started["pid"]  # its own Ray, its cache actor
+    assert not started["ray_imported"]  # both in its service host
 
     # A third job whose capacities differ is refused before it starts anything, told who owns the tier.
     from tierload.loader.dataset import TieredDataset
@@ -189,8 +190,8 @@ def test_a_joiner_finishes_its_epoch_and_takes_over_when_the_owner_exits(s3, buc
     result = joiner.result()
     _assert_every_sample_once(result)
     assert result["start_pid"] == started["cache_pid"]
-    # The second epoch ran on the node cache the joiner started for itself in its own Ray.
-    assert result["ray"] and result["cache_pid"] != started["cache_pid"]
+    # The second epoch ran on the node cache the joiner started for itself in its own Ray (its service host's).
+    assert result["ray"] and result["cache_pid"] != started["cache_pid"] and not result["ray_imported"]
     assert live_owner(str(tmp_path / "hot")).pid == result["cache_pid"]
     assert joiner.finish() == 0
     log = joiner.log_path.read_text()

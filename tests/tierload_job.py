@@ -8,7 +8,8 @@ Run as ``python tierload_job.py SPEC_JSON``. The spec names the dataset (``url``
 
 It prints one JSON line per event (``started``, ``epoch``) on stdout, checks every sample's
 bytes, and records which samples each epoch yielded and the node cache's counters of its
-streams. It starts a local Ray only if it becomes the owner of the hot directory.
+streams. Its service host starts a local Ray only if it becomes the owner of the hot directory;
+the job itself never imports Ray.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ def _own_stats(dataset, epoch: int) -> dict:
 
 
 def main(spec: dict) -> None:
-    import ray
     from torch.utils.data import DataLoader
 
+    from tierload.deploy.host import has_ray
     from tierload.loader.dataset import TieredDataset
 
     dataset = TieredDataset(spec["url"], spec["config"], storage_options=spec["storage_options"], layout="files",
                             seed=spec["seed"], batch_size=1)
-    _emit("started", cache_pid=dataset._endpoint.pid, ray=ray.is_initialized(), pid=os.getpid())
+    # ray: Ray of its own, in this process or its service host; ray_imported: Ray in this process itself.
+    _emit("started", cache_pid=dataset._endpoint.pid, ray=has_ray(), ray_imported="ray" in sys.modules,
+          pid=os.getpid())
     size = spec["sample_size"]
     epochs, wrong = [], 0
     for epoch in range(spec["epochs"]):
@@ -62,7 +65,7 @@ def main(spec: dict) -> None:
         _emit("epoch", epoch=epoch, samples=len(seen))
     stats = dataset.cache_stats()
     result = {"epochs": epochs, "node_counters": stats["counters"], "wrong_bytes": wrong, "cache_pid": stats["pid"],
-              "ray": ray.is_initialized(),
+              "ray": has_ray(), "ray_imported": "ray" in sys.modules,
               "start_pid": dataset._endpoint.pid, "integrity_failures": stats["counters"].get("integrity_failures", 0),
               "consumer": dict(dataset.consumer_stats)}
     with open(spec["result"], "w") as handle:

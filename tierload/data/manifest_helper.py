@@ -5,8 +5,9 @@ hundreds of MB at their peak, and a process's heap rarely gives all of it back. 
 process pays that in every rank for the rest of the job, although it only ever needs the
 finished manifest, which it maps read-only (:func:`tierload.data.manifest.open_manifest`). So
 :func:`load_manifest_apart` lists, plans and writes the Arrow IPC file in a short-lived child
-process, started before Ray when this process starts it (so its peak and Ray's never add up),
-and maps the file the child hands back. A cached manifest is mapped at once, without a child.
+process, and maps the file the child hands back. In a process without Ray, a service host starts
+Ray and the node cache meanwhile (:mod:`tierload.deploy.host`): the two overlap in time, in
+separate processes, and neither peak stays in this one. A cached manifest is mapped at once, without a child.
 
 Why fork: the child is ``os.fork()`` of the caller, so it starts with pyarrow, s3fs and tierload
 already imported, in milliseconds. A fresh interpreter (``python -m``, the first version) spent

@@ -5,20 +5,22 @@ Ray restarts a node cache that crashes (``max_restarts``), but not one removed f
 at a dead process, so every later call of a consumer would wait for a cache that never comes
 back. :class:`NodeCacheKeeper` looks about once a second whether the process that published the
 endpoint still runs, and when it does not, finds the cache again as a dataset does at start
-(:func:`~tierload.deploy.runtime.node_endpoint`): it joins another job that owns the hot
+(:func:`~tierload.deploy.host.find_node_cache`): it joins another job that owns the hot
 directory by then, or asks Ray for the named actor again (``get_if_exists``: a cache Ray is
-restarting is waited for, a removed one is created with the same config). A job that had joined
-another job's cache (and so has no Ray of its own) takes the directory over when that job ends:
-it starts a local Ray and the cache in it. The
-new cache adopts the hot tier on disk and publishes its endpoint; readers, in this process and
-in its DataLoader workers, find it through the endpoint file (:class:`~tierload.loader.consumer.NodeLink`).
+restarting is waited for, a removed one is created with the same config), in this process's Ray
+or through its service host (:mod:`tierload.deploy.host`; a new host when the last one died). A
+job that had joined another job's cache (and so has no Ray of its own) takes the directory over
+when that job ends: its service host starts a local Ray and the cache in it. The new cache
+adopts the hot tier on disk and publishes its endpoint; readers, in this process and in its
+DataLoader workers, find it through the endpoint file (:class:`~tierload.loader.consumer.NodeLink`).
 
 One keeper per deployment and process; it ends when no dataset that uses it is left, when
 this process stops the deployment (:func:`stop_keepers`), at exit (before Ray's own exit hook,
 so a SIGTERM or the end of the script is not taken for a lost cache), or when Ray that this
-process was connected to is no longer connected: a ``ray.shutdown()`` is the user's (or the
-interpreter's) decision, and the keeper never starts Ray again after it, from its thread or any
-other. Only a job that never had Ray (it joined another job's cache) starts one, to take over.
+process was connected to is no longer connected, or its service host was ended on purpose: a
+``ray.shutdown()`` is the user's (or the interpreter's) decision, and the keeper never starts Ray
+again after it, from its thread or any other. Only a job without Ray of its own (it joined another
+job's cache, or its service host died) starts a service host, to take over.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from typing import Any
 
 from tierload.config.models import TierloadConfig
 from tierload.deploy.actors import deployment_id, node_cache_name
+from tierload.deploy.host import find_node_cache, has_ray, host_ended_on_purpose
 from tierload.deploy.lifecycle import CacheState, Decision, NodeCacheLifecycle, Observation, decide
-from tierload.deploy.runtime import node_endpoint, ray_connected
+from tierload.deploy.runtime import ray_connected
 from tierload.errors import TierInUseError
 from tierload.wire.endpoint import read_endpoint, running_endpoint
 from tierload.wire.messages import Endpoint
@@ -66,8 +69,8 @@ class NodeCacheKeeper:
         self._owners: weakref.WeakSet[Any] = weakref.WeakSet()
         self._stop = threading.Event()
         self._last_warning = float("-inf")
-        # Whether this process has been connected to Ray while this keeper ran: once it has, Ray
-        # that is gone was shut down on purpose, and this keeper ends instead of starting it again.
+        # Whether this process has been connected to Ray itself while this keeper ran: once it has,
+        # Ray that is gone was shut down on purpose, and this keeper ends instead of starting it again.
         self._had_ray = ray_connected()
         self.lifecycle = NodeCacheLifecycle(hot_dir)
         self._thread = threading.Thread(target=self._loop, name="tierload-cache-keeper", daemon=True)
@@ -90,35 +93,41 @@ class NodeCacheKeeper:
             return False
         endpoint = read_endpoint(self.hot_dir)
         running = running_endpoint(self.hot_dir) is not None
-        connected = ray_connected()
-        self._had_ray = self._had_ray or connected
+        self._had_ray = self._had_ray or ray_connected()
+        connected = has_ray()
+        # Ray here, or in this process's service host. A host ended on purpose is Ray shut down on purpose;
+        # one that died (killed, out of memory) is a lost cache: a new host starts it again.
         decision = decide(Observation(cache_runs=running, endpoint_withdrawn=endpoint is None,
-                                      ray_connected=connected, had_ray=self._had_ray))
+                                      ray_connected=connected, had_ray=self._had_ray or host_ended_on_purpose()))
         if decision is Decision.KEEP:
             if running and self.lifecycle.state is CacheState.LOST:  # back without us (another job took over)
                 self.lifecycle.move(CacheState.RECREATING, "it runs again")
                 self.lifecycle.move(CacheState.OWNED if connected else CacheState.JOINED, "found running")
-            return running or self._actor_exists()
+            return running or (ray_connected() and self._actor_exists())
         if decision is Decision.STOP:
-            # Ray was shut down on purpose (ray.shutdown(), the end of the script, a signal): the
-            # cache went with it. Starting Ray again here would do it behind the user's back.
-            log.info("Ray was shut down in this process; the node cache is not started again (a new "
-                     "TieredDataset starts both)")
-            self.lifecycle.stop("Ray was shut down in this process")
+            # Ray was shut down on purpose (ray.shutdown(), the end of the script, a signal, the
+            # service host ended): the cache went with it. Starting Ray again here would do it
+            # behind the user's back.
+            log.info("Ray was shut down in this process (or its service host); the node cache is not started "
+                     "again (a new TieredDataset starts both)")
+            self.lifecycle.stop("Ray was shut down in this process or its service host")
             self._stop.set()
             return False
         return self._recreate(endpoint.pid if endpoint is not None else None)
 
     def _recreate(self, gone_pid: int | None) -> bool:
-        self.lifecycle.move(CacheState.LOST, f"the cache's process (pid {gone_pid}) is gone")
-        self.lifecycle.move(CacheState.RECREATING, "finding or starting it again")
+        # Each move yields to a stop on purpose made meanwhile by another thread (the exit, tierload stop).
+        if not (self.lifecycle.move_unless_stopped(CacheState.LOST, f"the cache's process (pid {gone_pid}) is gone")
+                and self.lifecycle.move_unless_stopped(CacheState.RECREATING, "finding or starting it again")):
+            return False
         try:
-            # Joins whoever owns the directory now, or starts the cache here: in this process's
-            # Ray (never started again here once shut down), or, for a job that had joined
-            # another job's cache, in a local Ray of its own.
-            node_endpoint(self.config, start_ray=not self._had_ray)
+            # Joins whoever owns the directory now, or starts the cache: in this process's Ray
+            # (never started again here once shut down), or through this process's service host
+            # (a new one when the last died, or for a job that had joined another job's cache).
+            find_node_cache(self.config, start_ray=not self._had_ray)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types; try again on the next check
-            self.lifecycle.move(CacheState.LOST, f"re-creating failed: {type(exc).__name__}")
+            if not self.lifecycle.move_unless_stopped(CacheState.LOST, f"re-creating failed: {type(exc).__name__}"):
+                return False
             self.failures += 1
             now = time.monotonic()
             if now - self._last_warning >= WARN_INTERVAL_S:
@@ -127,7 +136,8 @@ class NodeCacheKeeper:
                             "blocks themselves until it is back (%d failed tries so far)", type(exc).__name__, exc,
                             self.failures)
             return False
-        self.lifecycle.move(CacheState.OWNED if ray_connected() else CacheState.JOINED, "found again")
+        if not self.lifecycle.move_unless_stopped(CacheState.OWNED if has_ray() else CacheState.JOINED, "found again"):
+            return False
         self.recreated += 1
         now_running = read_endpoint(self.hot_dir)
         log.warning("the node cache (pid %s) was gone; it runs again (pid %s) with the same configuration",
@@ -176,14 +186,14 @@ def attach_node_cache(config: TierloadConfig, owner: Any) -> Endpoint:
     lifecycle = NodeCacheLifecycle(config.hot.dir)
     lifecycle.move(CacheState.STARTING, "a dataset starts")
     try:
-        endpoint = node_endpoint(config)
+        endpoint = find_node_cache(config)
     except TierInUseError:
         lifecycle.move(CacheState.REFUSED, "another job with other settings owns the hot directory")
         raise
     except BaseException:
         lifecycle.move(CacheState.ABSENT, "the start failed")
         raise
-    lifecycle.move(CacheState.OWNED if ray_connected() else CacheState.JOINED, "found")
+    lifecycle.move(CacheState.OWNED if has_ray() else CacheState.JOINED, "found")
     keep_node_cache(config, endpoint.hot_dirs[-1], owner, lifecycle)
     log.debug("node cache of deployment %s: %s", deployment_id(config), lifecycle.state.value)
     return endpoint
@@ -218,7 +228,7 @@ def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any,
             if lifecycle is None:
                 lifecycle = NodeCacheLifecycle(hot_dir)
                 lifecycle.move(CacheState.STARTING, "kept")
-                lifecycle.move(CacheState.OWNED if ray_connected() else CacheState.JOINED, "found running")
+                lifecycle.move(CacheState.OWNED if has_ray() else CacheState.JOINED, "found running")
             keeper.lifecycle = lifecycle
             keeper._owners.add(owner)
             keeper._thread.start()

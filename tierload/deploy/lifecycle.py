@@ -3,7 +3,7 @@
 A job's view of its node's cache moves through these states, and only along the transitions
 in :data:`TRANSITIONS`, written here once::
 
-    ABSENT ──start──> STARTING ──> OWNED    (the cache runs in this process's Ray cluster)
+    ABSENT ──start──> STARTING ──> OWNED    (the cache runs in this process's Ray, or its service host's)
                           │   └──> JOINED   (another job's cache, reached through its endpoint only)
                           └──────> REFUSED  (another job with other settings owns the directory)
     OWNED / JOINED ──its process is gone──> LOST ──> RECREATING ──> OWNED / JOINED
@@ -139,14 +139,30 @@ class NodeCacheLifecycle:
             LifecycleError: ``to`` is not reachable from the current state.
         """
         with self._lock:
-            if to is self._state:
-                return
-            if to not in TRANSITIONS[self._state]:
-                raise LifecycleError(f"the node cache for {self.where} cannot go from {self._state.value} to "
-                                     f"{to.value} ({why})")
-            log.debug("node cache for %s: %s -> %s (%s)", self.where, self._state.value, to.value, why)
-            self._state = to
-            self.history.append((to, why))
+            self._move(to, why)
+
+    def move_unless_stopped(self, to: CacheState, why: str) -> bool:
+        """Move to ``to`` unless the cache was stopped on purpose meanwhile (another thread's
+        stop wins over a re-creation that was running); whether it moved.
+
+        Raises:
+            LifecycleError: ``to`` is not reachable from the current state.
+        """
+        with self._lock:
+            if self._state is CacheState.STOPPED:
+                return False
+            self._move(to, why)
+            return True
+
+    def _move(self, to: CacheState, why: str) -> None:
+        if to is self._state:
+            return
+        if to not in TRANSITIONS[self._state]:
+            raise LifecycleError(f"the node cache for {self.where} cannot go from {self._state.value} to "
+                                 f"{to.value} ({why})")
+        log.debug("node cache for %s: %s -> %s (%s)", self.where, self._state.value, to.value, why)
+        self._state = to
+        self.history.append((to, why))
 
     def stop(self, why: str) -> None:
         """Stopped on purpose, from any state (stopping twice is no error)."""

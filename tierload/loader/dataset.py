@@ -242,6 +242,7 @@ class TieredDataset(IterableDataset):
         """
         if self._endpoint is not None:
             return self
+        from tierload.deploy.host import host_started_early
         from tierload.deploy.keeper import attach_node_cache
 
         source = ColdSource(self._cold, self.config.cold)
@@ -249,24 +250,26 @@ class TieredDataset(IterableDataset):
             refuse_process_local(ColdSource(cold, self.config.cold))  # each source of a mixture, as the first
         refuse_process_local(source)
         previous = self._cached_keys(source) if self.refresh_manifest and self._sources is None else set()
-        settings = manifest_settings(self.config)
-        if self._sources is not None:
-            self._manifest = self._sources.load(self.refresh_manifest)
-            self._mixture = self._sources.mixture(self.shuffle, self.window_blocks, *self._mixture_args)
-        else:
-            # Listed and written by a helper process; this one maps the file (never holds the listing).
-            listed, listed_path = load_manifest_apart(source, settings, self.layout, refresh=self.refresh_manifest)
-            # With columns=, a layout that fetches columns apart reads only theirs (its own block keys).
-            self._manifest = listed.projected(self.columns, settings.label_column)
-            # The node cache maps the cached file when it holds these blocks; a projection's are sent.
-            self._manifest_path = listed_path if self._manifest is listed else None
-        self._agree_across_ranks()  # before Ray: ranks that disagree stop here, all of them
-        if self.shuffle == "sample" and self._manifest.num_packs:
-            log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
-                        "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
-                        "epoch (docs/packs.md)", self._manifest.num_packs)
-        warn_hot_fit_once(self.config, self._manifest.blocks, self.url)  # reads bypass a hot tier too small
-        self._endpoint = attach_node_cache(self.config, self)  # found or started; re-created if removed for good
+        # Without Ray here, a service host starts Ray and the cache while the manifest is mapped or built.
+        with host_started_early(self.config):
+            settings = manifest_settings(self.config)
+            if self._sources is not None:
+                self._manifest = self._sources.load(self.refresh_manifest)
+                self._mixture = self._sources.mixture(self.shuffle, self.window_blocks, *self._mixture_args)
+            else:
+                # Listed and written by a helper process; this one maps the file (never holds the listing).
+                listed, listed_path = load_manifest_apart(source, settings, self.layout, refresh=self.refresh_manifest)
+                # With columns=, a layout that fetches columns apart reads only theirs (its own block keys).
+                self._manifest = listed.projected(self.columns, settings.label_column)
+                # The node cache maps the cached file when it holds these blocks; a projection's are sent.
+                self._manifest_path = listed_path if self._manifest is listed else None
+            self._agree_across_ranks()  # before the cache is reached: ranks that disagree stop here, all of them
+            if self.shuffle == "sample" and self._manifest.num_packs:
+                log.warning("shuffle='sample' over %d packs of small objects: a pack is read again for most samples "
+                            "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
+                            "epoch (docs/packs.md)", self._manifest.num_packs)
+            warn_hot_fit_once(self.config, self._manifest.blocks, self.url)  # reads bypass a hot tier too small
+            self._endpoint = attach_node_cache(self.config, self)  # found or started; re-created if removed for good
         self._link = NodeLink(self._endpoint, identity_of(self._cold))
         self._register()
         stale = previous - set(block_keys(self._manifest.blocks)) if previous else set()

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tierload.config.loading import load_config
+from tierload.deploy.host import stop_host
 from tierload.errors import ConfigError
 from tierload.loader.dataset import TieredDataset
 from tierload.node.stats import hit_ratios
@@ -159,4 +160,5 @@ def run_demo(layout: str = "imagefolder", epochs: int = 3, num_workers: int = 2,
             stop_actors(config)
         if ray.is_initialized() and not ray_was_running:
             ray.shutdown()
+        stop_host()  # the service host that ran Ray and the cache for this process, if it started one
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,104 @@
+"""A training job without Ray in its own process, for tests of tierload's service host.
+
+Run as ``python service_host_job.py MODE SPEC_JSON``; the spec names the dataset (``url``,
+``missing_url``, ``storage_options``, ``size``: the bytes of each object written by
+``helpers.put_indexed_objects``) and the ``config``. It never imports Ray itself. Each mode
+prints one JSON line per event on stdout:
+
+- ``read``: one epoch (event ``epoch``), then ``done`` with the host's pid, the pids of every
+  process under it, whether Ray was imported here and the node cache's state in this process.
+- ``kill``: one epoch, SIGKILL to the host (event ``killed``), one epoch while the cache is
+  gone and started again, a wait for the new host, one more epoch (``done``).
+- ``missing``: a dataset over a prefix with no objects (event ``refused`` with the error's
+  class), then whether its host ended by itself (``done``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def _emit(event: str, **fields) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def _epoch(dataset, size: int) -> dict:
+    """Every sample of one epoch: the indexes seen, and how many had wrong bytes."""
+    seen, wrong = [], 0
+    for sample, _label in dataset:
+        body = bytes(sample)
+        index = int(body[:8].decode())
+        wrong += body != f"{index:08d}".encode() + bytes(size - 8)
+        seen.append(index)
+    return {"seen": sorted(seen), "wrong": wrong}
+
+
+def _host_processes() -> tuple[int, list[int]]:
+    import psutil
+
+    from tierload.deploy import host
+
+    assert host._host is not None, "no service host was started"
+    pid = host._host.process.pid
+    return pid, [child.pid for child in psutil.Process(pid).children(recursive=True)]
+
+
+def _wait_for_host(timeout_s: float) -> bool:
+    from tierload.deploy.host import host_connected
+
+    deadline = time.monotonic() + timeout_s
+    while not host_connected():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def main(mode: str, spec: dict) -> None:
+    from tierload.deploy.keeper import _keepers
+    from tierload.errors import TierloadError
+    from tierload.loader.dataset import TieredDataset
+
+    def dataset(url: str):
+        return TieredDataset(url, spec["config"], storage_options=spec["storage_options"], layout="files",
+                             batch_size=1)
+
+    if mode == "missing":
+        try:
+            dataset(spec["missing_url"])
+        except TierloadError as exc:
+            from tierload.deploy import host
+
+            let_go = host._letting_go[0].process if host._letting_go else None
+            _emit("refused", error=type(exc).__name__, host_connected=host.host_connected(),
+                  let_go=let_go.pid if let_go is not None else None)
+            if let_go is not None:
+                let_go.wait(120)
+            _emit("done", host_ended=let_go is None or let_go.poll() is not None)
+        return
+    data = dataset(spec["url"])
+    _emit("epoch", **_epoch(data, spec["size"]))
+    if mode == "read":
+        host_pid, processes = _host_processes()
+        state = [keeper.lifecycle.state.value for keeper in _keepers.values()]
+        _emit("done", host=host_pid, processes=processes, ray_imported="ray" in sys.modules, states=state)
+    elif mode == "kill":
+        host_pid, _ = _host_processes()
+        os.kill(host_pid, signal.SIGKILL)
+        _emit("killed", host=host_pid)
+        during = _epoch(data, spec["size"])
+        back = _wait_for_host(180.0)
+        after = _epoch(data, spec["size"])
+        new_pid, processes = _host_processes()
+        _emit("done", during=during, after=after, back=back, host=new_pid, processes=processes,
+              ray_imported="ray" in sys.modules)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], json.loads(sys.argv[2]))
