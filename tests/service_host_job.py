@@ -87,9 +87,13 @@ def main(mode: str, spec: dict) -> None:
         state = [keeper.lifecycle.state.value for keeper in _keepers.values()]
         _emit("done", host=host_pid, processes=processes, ray_imported="ray" in sys.modules, states=state)
     elif mode == "kill":
+        from tierload.deploy import host
+
         host_pid, _ = _host_processes()
+        killed = host._host.process
         os.kill(host_pid, signal.SIGKILL)
-        _emit("killed", host=host_pid)
+        killed.wait(60)  # a killed process takes a moment to end on a busy machine
+        _emit("killed", host=host_pid, returncode=killed.returncode)
         during = _epoch(data, spec["size"])
         back = _wait_for_host(180.0)
         after = _epoch(data, spec["size"])

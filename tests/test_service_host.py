@@ -1,8 +1,8 @@
 """A training process without Ray reads through its service host (issue 25, item 1).
 
 Real jobs in their own processes (``service_host_job.py``), each without Ray, against moto's S3
-over HTTP: tierload's service host (``tierload.deploy.host``) starts a local Ray and the node
-cache for the job, under a private ``RAY_TMPDIR``. The host is then killed for real (SIGKILL),
+over HTTP: tierload's service host (``tierload.deploy.host``, ``host_process``) starts a local
+Ray and the node cache for the job, under a private ``RAY_TMPDIR``. The host is then killed for real (SIGKILL),
 and a start that fails must let its host go. The host's request and answer are also checked
 without any process around them.
 """
@@ -25,8 +25,9 @@ import psutil
 import pytest
 from helpers import put_indexed_objects
 
-from tierload.deploy import host
-from tierload.errors import ServiceError
+from tierload.deploy.host_process import serve
+from tierload.errors import MessageError
+from tierload.wire.messages import CacheRequest
 
 JOB = Path(__file__).resolve().parent / "service_host_job.py"
 COUNT, SIZE = 16, 3000
@@ -99,11 +100,12 @@ def test_a_killed_host_is_started_again_and_no_epoch_loses_a_sample(s3, bucket, 
     events, stderr = _run("kill", _spec(s3, bucket, tmp_path), ray_tmp)
     _every_sample_once(events["epoch"])
     done = events["done"]
+    assert events["killed"]["returncode"] == -9, events["killed"]
     # While the cache is gone readers read the blocks themselves; then a new host starts it again.
     _every_sample_once(done["during"])
     assert done["back"] is True, stderr[-3000:]
     _every_sample_once(done["after"])
-    assert done["host"] != events["killed"]["host"]
+    assert done["host"] != events["killed"]["host"], (events, stderr[-3000:])
     assert "was gone; it runs again" in stderr, stderr[-3000:]
     assert done["ray_imported"] is False
     assert _left_running([done["host"], *done["processes"]]) == [], stderr[-3000:]
@@ -120,19 +122,20 @@ def test_a_start_that_fails_lets_its_host_go(s3, bucket, tmp_path, ray_tmp):
 # ---------------------------------------------------------------- the request and answer, without processes
 def _serving() -> tuple[Connection, threading.Thread]:
     ours, theirs = socket.socketpair()
-    server = threading.Thread(target=host.serve, args=(Connection(theirs.detach()),), daemon=True)
+    server = threading.Thread(target=serve, args=(Connection(theirs.detach()),), daemon=True)
     server.start()
     return Connection(ours.detach()), server
 
 
 def test_a_request_of_another_version_is_answered_with_a_typed_error():
     connection, server = _serving()
-    connection.send(host.CacheRequest({}, version=host.HOST_VERSION + 1))
+    connection.send(CacheRequest({}, version=CacheRequest.VERSION + 1))
     answer = connection.recv()
-    assert answer.endpoint is None and isinstance(answer.error, ServiceError)
-    assert f"version {host.HOST_VERSION}" in str(answer.error)
+    assert answer.endpoint is None and isinstance(answer.error, MessageError)
+    assert f"version {CacheRequest.VERSION + 1} received" in str(answer.error)
     connection.send("not a request")
-    assert "str" in str(connection.recv().error)
+    answer = connection.recv()
+    assert isinstance(answer.error, MessageError) and "got str" in str(answer.error)
     connection.close()
     server.join(10)
     assert not server.is_alive(), "the host did not end when the training process's end closed"
@@ -140,9 +143,21 @@ def test_a_request_of_another_version_is_answered_with_a_typed_error():
 
 def test_a_bad_configuration_comes_back_as_the_error_it_raised():
     connection, server = _serving()
-    connection.send(host.CacheRequest({"hot": {"capacity_bytes": "lots"}}))
+    connection.send(CacheRequest({"hot": {"capacity_bytes": "lots"}}))
     answer = connection.recv()
     assert answer.endpoint is None and type(answer.error).__name__ == "ConfigError", answer
     assert "lots" in str(answer.error)
     connection.close()
     server.join(10)
+
+
+def test_a_thread_asking_for_ray_while_another_imports_it_is_told_no():
+    """The keeper's thread asks ``ray_connected()`` once a second; a user's ``import ray`` in the main
+    thread meanwhile leaves a module without its names in ``sys.modules`` for a moment (seen as an
+    AttributeError that ended the keeper's thread, in the startup bench)."""
+    probe = ("import sys, types; sys.modules['ray'] = types.ModuleType('ray'); "
+             "from tierload.deploy.runtime import ray_connected; from tierload.metrics.sinks import _ray_connected; "
+             "print(ray_connected(), _ray_connected())")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "False"]

@@ -4,7 +4,7 @@ A training process that finds no node cache to join used to start Ray itself: ``
 and a Ray driver in every process that started a dataset, 77 MB of its RSS for the rest of the
 job (``benchmarks/results/2026-12-02-training-memory/README.md``) and a second of imports. So a
 process that is not connected to Ray asks a host instead: :func:`find_node_cache` starts one
-fresh interpreter (``python -m tierload.deploy.host``), which starts or joins Ray exactly as the
+fresh interpreter (``python -m tierload.deploy.host_process``), which starts or joins Ray exactly as the
 process itself did (:func:`~tierload.deploy.runtime.node_endpoint`: tierload's own local Ray on
 loopback, or the configured cluster), starts this node's cache actor and answers its endpoint.
 The training process then reads through the cache's channel alone, as a job that joined another
@@ -20,9 +20,10 @@ Ctrl-C in the terminal reaches the training script, which decides, and not the h
 training process's exit hook waits for the host to end (:data:`STOP_WAIT_S`) so that nothing is
 left running when the script returns.
 
-The host answers one typed request, :class:`CacheRequest` -> :class:`CacheAnswer`, pickled over
-a ``multiprocessing`` connection on the socket pair; a :class:`~tierload.errors.TierloadError`
-raised there comes back as its own class (errors pickle with their context).
+The host answers one typed request, :class:`~tierload.wire.messages.CacheRequest` ->
+:class:`~tierload.wire.messages.CacheAnswer`, pickled over a ``multiprocessing`` connection on
+the socket pair; a :class:`~tierload.errors.TierloadError` raised there comes back as its own
+class (errors pickle with their context). The host's own side: :mod:`tierload.deploy.host_process`.
 """
 
 from __future__ import annotations
@@ -31,54 +32,27 @@ import atexit
 import contextlib
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Iterator
 
-from tierload.config.loading import as_config
 from tierload.config.models import TierloadConfig
 from tierload.deploy.runtime import node_endpoint, ray_connected
-from tierload.errors import ServiceError, TierloadError
+from tierload.errors import ServiceError
 from tierload.node.ownership import join_owner, live_owner
-from tierload.wire.messages import Endpoint
+from tierload.wire.messages import CacheAnswer, CacheRequest, Endpoint
 
 log = logging.getLogger(__name__)
 
-# The shape of CacheRequest / CacheAnswer: a host of another tierload refuses the request.
-HOST_VERSION = 1
 # Seconds the training process's exit waits for its host to close the caches and Ray, before SIGTERM.
 STOP_WAIT_S = 30.0
 # Seconds a host told to stop (SIGTERM) has to close them before it is killed.
 KILL_WAIT_S = 10.0
 # How often a caller waiting for an answer looks whether the host still runs (seconds).
 POLL_S = 0.5
-
-
-@dataclass(frozen=True)
-class CacheRequest:
-    """Find or start this node's cache for a deployment.
-
-    Attributes:
-        config: The deployment's resolved configuration, in its dict form (no defaults or
-            environment are applied again in the host).
-    """
-
-    config: dict[str, Any]
-    version: int = HOST_VERSION
-
-
-@dataclass(frozen=True)
-class CacheAnswer:
-    """The host's answer: the cache's endpoint, or what finding or starting it raised."""
-
-    endpoint: Endpoint | None
-    error: BaseException | None
-    version: int = HOST_VERSION
 
 
 class ServiceHost:
@@ -93,13 +67,14 @@ class ServiceHost:
         # The host finds tierload (and whatever the caller put on its path) where the caller does.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "tierload.deploy.host", str(theirs.fileno())],
+            self.process = subprocess.Popen([sys.executable, "-m", "tierload.deploy.host_process",
+                                             str(theirs.fileno())],
                                             pass_fds=(theirs.fileno(),), start_new_session=True, env=env,
                                             stdin=subprocess.DEVNULL)
         except OSError as exc:
             ours.close()
-            raise ServiceError(f"cannot start tierload's service host ({sys.executable} -m tierload.deploy.host): "
-                               f"{exc}") from exc
+            raise ServiceError(f"cannot start tierload's service host ({sys.executable} -m "
+                               f"tierload.deploy.host_process): {exc}") from exc
         finally:
             theirs.close()
         self._connection = Connection(ours.detach())
@@ -138,6 +113,7 @@ class ServiceHost:
             if self._asked is None:
                 self._send(settings)
             answer = self._receive()
+        answer = CacheAnswer.received(answer)
         if answer.error is not None:
             raise answer.error
         if answer.endpoint is None:
@@ -297,51 +273,3 @@ def _end_hosts() -> None:
     stop_host()
     while _letting_go:
         _letting_go.pop().close()
-
-
-# ---------------------------------------------------------------- the host process
-def _answer(request: Any) -> CacheAnswer:
-    try:
-        if not isinstance(request, CacheRequest) or request.version != HOST_VERSION:
-            raise ServiceError(f"tierload's service host (version {HOST_VERSION}) got a request it does not know: "
-                               f"{type(request).__name__} (a training process of another tierload?)")
-        return CacheAnswer(node_endpoint(as_config(request.config)), None)
-    except TierloadError as exc:
-        return CacheAnswer(None, exc)
-    except Exception as exc:  # noqa: BLE001 - Ray raises many types, not all of which pickle: say what it was
-        log.debug("the service host could not start the node cache", exc_info=True)
-        return CacheAnswer(None, ServiceError(f"tierload's service host could not start the node cache: "
-                                              f"{type(exc).__name__}: {exc}"))
-
-
-def serve(connection: Connection) -> None:
-    """Answer requests until the training process's end of the connection closes."""
-    while True:
-        try:
-            request = connection.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            connection.send(_answer(request))
-        except OSError:  # the training process let go while the cache started: nobody to answer
-            return
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # the exit hooks close the caches and shut Ray down
-
-
-def main(argv: list[str]) -> None:
-    """``python -m tierload.deploy.host FD``: serve the training process on socket ``FD``."""
-    fd = int(argv[1])
-    os.set_inheritable(fd, False)  # Ray's processes started from here must not hold the training process alive
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    logging.basicConfig(level=logging.WARNING, format="tierload host: %(levelname)s %(name)s: %(message)s")
-    serve(Connection(fd))
-
-
-if __name__ == "__main__":
-    # Run from the module under its own name: answers pickled here as __main__.CacheAnswer would not load there.
-    from tierload.deploy import host
-
-    host.main(sys.argv)

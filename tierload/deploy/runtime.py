@@ -51,8 +51,9 @@ _own_local_node: str | None = None
 
 def ray_connected() -> bool:
     """Whether this process is connected to Ray now (never imports Ray)."""
-    ray = sys.modules.get("ray")
-    return ray is not None and bool(ray.is_initialized())
+    # getattr: another thread may be importing Ray right now (a module still without its names)
+    is_initialized = getattr(sys.modules.get("ray"), "is_initialized", None)
+    return is_initialized is not None and bool(is_initialized())
 
 
 def ensure_ray(config: TierloadConfig, *, start: bool = True, log_to_driver: bool = True) -> None:

@@ -184,8 +184,9 @@ def default_sink() -> MemorySink:
 
 
 def _ray_connected() -> bool:
-    ray = sys.modules.get("ray")  # never imports Ray
-    return ray is not None and bool(ray.is_initialized())
+    # never imports Ray; getattr: another thread may be importing it right now (a module still without its names)
+    is_initialized = getattr(sys.modules.get("ray"), "is_initialized", None)
+    return is_initialized is not None and bool(is_initialized())
 
 
 def _make_default_sink() -> MemorySink:

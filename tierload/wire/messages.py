@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence, TypeVar
 import numpy as np
 
 from tierload.data.blocks import Block
-from tierload.data.packs import PackMembers
 from tierload.errors import MessageError
 
-if TYPE_CHECKING:  # an annotation only: the S3 stack (aiohttp) stays unimported for who reads an endpoint
+if TYPE_CHECKING:  # annotations only: the S3 stack (aiohttp) and pyarrow (packs) stay unimported for who
+    # reads an endpoint (a service host, the CLI)
+    from tierload.data.packs import PackMembers
     from tierload.stores.cold.location import ColdLocation
 
 M = TypeVar("M", bound="Message")
@@ -372,4 +373,34 @@ class ChannelCall(Message):
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     oneway: bool = False
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class CacheRequest(Message):
+    """A training process without Ray asks its service host (:mod:`tierload.deploy.host`) to find or
+    start this node's cache for a deployment.
+
+    Attributes:
+        config: The deployment's resolved configuration, in its dict form (no defaults or
+            environment are applied again in the host).
+        version: Shape of this message.
+    """
+
+    config: dict[str, Any]
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class CacheAnswer(Message):
+    """The service host's answer to a :class:`CacheRequest`.
+
+    Attributes:
+        endpoint: The cache's endpoint, or None when ``error`` is set.
+        error: What finding or starting it raised (a :class:`~tierload.errors.TierloadError`).
+        version: Shape of this message.
+    """
+
+    endpoint: Endpoint | None
+    error: BaseException | None
     version: int = 1
