@@ -4,12 +4,12 @@ A training process that finds no node cache to join used to start Ray itself: ``
 and a Ray driver in every process that started a dataset, 77 MB of its RSS for the rest of the
 job (``benchmarks/results/2026-12-02-training-memory/README.md``) and a second of imports. So a
 process that is not connected to Ray asks a host instead: :func:`find_node_cache` starts one
-fresh interpreter (``python -m tierload.deploy.host_process``), which starts or joins Ray exactly as the
-process itself did (:func:`~tierload.deploy.runtime.node_endpoint`: tierload's own local Ray on
-loopback, or the configured cluster), starts this node's cache actor and answers its endpoint.
-The training process then reads through the cache's channel alone, as a job that joined another
-job's cache always has: it never imports Ray. A process already connected to Ray (a Ray Train
-worker, a script that called ``ray.init()``) keeps using its own, in process.
+fresh interpreter (``python -m tierload.deploy.host_process``), which starts or joins Ray exactly
+as the process itself did (:func:`~tierload.deploy.runtime.node_endpoint`: tierload's own local
+Ray on loopback, or the configured cluster), starts this node's cache actor and answers its
+endpoint. The training process then reads through the cache's channel alone, as a job that
+joined another job's cache always has: it never imports Ray. A process already connected to Ray
+(a Ray Train worker, a script that called ``ray.init()``) keeps using its own, in process.
 
 One host per training process, for every deployment it starts (as there was one Ray per
 process). It lives as long as the training process: it ends when its end of the socket pair
@@ -80,6 +80,11 @@ class ServiceHost:
         self._connection = Connection(ours.detach())
         self._lock = threading.Lock()  # one request at a time: the dataset's start, or the keeper's thread
         self._asked: dict[str, Any] | None = None  # the settings of the request sent and not answered yet
+
+    @property
+    def asked(self) -> bool:
+        """Whether a request was sent and its answer not read yet."""
+        return self._asked is not None
 
     @property
     def running(self) -> bool:
@@ -199,6 +204,9 @@ def find_node_cache(config: TierloadConfig, start_ray: bool = True) -> Endpoint:
     """
     if ray_connected():
         return node_endpoint(config, start_ray=start_ray)
+    host = _host
+    if host is not None and host.running and host.asked:  # asked early (start_early): its answer comes first
+        return host.node_endpoint(config)
     if "{node}" not in config.hot.dir:  # else the directory names a node only Ray can name: the host
         joined = join_owner(config, config.hot.dir)
         if joined is not None:
