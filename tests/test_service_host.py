@@ -58,6 +58,8 @@ def _run(mode: str, spec: dict, ray_tmp: Path) -> tuple[dict[str, dict], str]:
     done = subprocess.run([sys.executable, str(JOB), mode, json.dumps(spec)], capture_output=True, text=True,
                           env=env, timeout=420)
     assert done.returncode == 0, done.stderr[-3000:]
+    # The host ended when asked (its socket closed), not after the exit hook's wait and a SIGTERM.
+    assert "did not end within" not in done.stderr, done.stderr[-3000:]
     events = {event["event"]: event for event in (json.loads(line) for line in done.stdout.splitlines()
                                                    if line.startswith("{"))}
     return events, done.stderr
@@ -89,7 +91,9 @@ def test_a_process_without_ray_reads_through_its_host_and_leaves_nothing_running
     _every_sample_once(events["epoch"])
     done = events["done"]
     assert done["ray_imported"] is False, "the training process imported Ray"
-    assert done["states"] == ["owned"], done  # its own host's cache, not another job's
+    assert done["through_worker"] == 4, done
+    assert done["states"] == ["owned"], done
+    assert done["cache"] in done["processes"], done  # the cache runs under the host: its own, not another job's
     # The host ran Ray under it: its GCS, its raylet and the node cache's worker.
     names = " ".join(psutil.Process(pid).name() for pid in done["processes"] if psutil.pid_exists(pid))
     assert len(done["processes"]) >= 3, (done, names)
@@ -108,7 +112,7 @@ def test_a_killed_host_is_started_again_and_no_epoch_loses_a_sample(s3, bucket, 
     assert done["host"] != events["killed"]["host"], (events, stderr[-3000:])
     assert "was gone; it runs again" in stderr, stderr[-3000:]
     assert done["ray_imported"] is False
-    assert _left_running([done["host"], *done["processes"]]) == [], stderr[-3000:]
+    assert _left_running([events["killed"]["cache"], done["host"], *done["processes"]]) == [], stderr[-3000:]
 
 
 def test_a_start_that_fails_lets_its_host_go(s3, bucket, tmp_path, ray_tmp):
@@ -129,7 +133,7 @@ def _serving() -> tuple[Connection, threading.Thread]:
 
 def test_a_request_of_another_version_is_answered_with_a_typed_error():
     connection, server = _serving()
-    connection.send(CacheRequest({}, version=CacheRequest.VERSION + 1))
+    connection.send(CacheRequest(1, {}, version=CacheRequest.VERSION + 1))
     answer = connection.recv()
     assert answer.endpoint is None and isinstance(answer.error, MessageError)
     assert f"version {CacheRequest.VERSION + 1} received" in str(answer.error)
@@ -143,8 +147,9 @@ def test_a_request_of_another_version_is_answered_with_a_typed_error():
 
 def test_a_bad_configuration_comes_back_as_the_error_it_raised():
     connection, server = _serving()
-    connection.send(CacheRequest({"hot": {"capacity_bytes": "lots"}}))
+    connection.send(CacheRequest(7, {"hot": {"capacity_bytes": "lots"}}))
     answer = connection.recv()
+    assert answer.request_id == 7, answer  # an answer names its request: a caller drops one to an earlier request
     assert answer.endpoint is None and type(answer.error).__name__ == "ConfigError", answer
     assert "lots" in str(answer.error)
     connection.close()

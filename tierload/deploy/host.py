@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,7 +64,8 @@ class ServiceHost:
         ServiceError: The host could not be started.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
         ours, theirs = socket.socketpair()
         # The host finds tierload (and whatever the caller put on its path) where the caller does.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
@@ -79,7 +82,9 @@ class ServiceHost:
             theirs.close()
         self._connection = Connection(ours.detach())
         self._lock = threading.Lock()  # one request at a time: the dataset's start, or the keeper's thread
-        self._asked: dict[str, Any] | None = None  # the settings of the request sent and not answered yet
+        self._request_ids = itertools.count(1)
+        # The request sent and not answered yet: (its id, its settings).
+        self._asked: tuple[int, dict[str, Any]] | None = None
 
     @property
     def asked(self) -> bool:
@@ -113,12 +118,11 @@ class ServiceHost:
         """
         settings = config.to_dict()
         with self._lock:
-            if self._asked is not None and self._asked != settings:
+            if self._asked is not None and self._asked[1] != settings:
                 self._receive()  # an early request for other settings: its cache runs, the answer is not ours
             if self._asked is None:
                 self._send(settings)
             answer = self._receive()
-        answer = CacheAnswer.received(answer)
         if answer.error is not None:
             raise answer.error
         if answer.endpoint is None:
@@ -127,20 +131,31 @@ class ServiceHost:
         return answer.endpoint
 
     def _send(self, settings: dict[str, Any]) -> None:
+        request_id = next(self._request_ids)
         try:
-            self._connection.send(CacheRequest(settings))
+            self._connection.send(CacheRequest(request_id, settings))
         except OSError as exc:
             raise self._ended() from exc
-        self._asked = settings
+        self._asked = (request_id, settings)
 
     def _receive(self) -> CacheAnswer:
-        self._asked = None
+        """The answer to the request in flight; answers to earlier ones (whose callers were
+        interrupted while they waited) are dropped."""
+        if self._asked is None:
+            raise ServiceError("no request to tierload's service host is in flight")
+        wanted = self._asked[0]
         try:
-            while not self._connection.poll(POLL_S):
-                if not self.running:
-                    raise EOFError
-            return self._connection.recv()
+            while True:
+                while not self._connection.poll(POLL_S):
+                    if not self.running:
+                        raise EOFError
+                answer = CacheAnswer.received(self._connection.recv())
+                if answer.request_id == wanted:
+                    self._asked = None
+                    return answer
+                log.debug("dropped the service host's answer to request %d", answer.request_id)
         except (EOFError, OSError) as exc:
+            self._asked = None
             raise self._ended() from exc
 
     def _ended(self) -> ServiceError:
@@ -171,9 +186,12 @@ _host: ServiceHost | None = None
 _host_lock = threading.Lock()
 _letting_go: list[ServiceHost] = []  # hosts let go (stop_host(wait=False)), waited for at exit
 _exit_hook_registered = False
-# The last host was ended on purpose (stop_host, this process's exit): a keeper takes its cache for
-# stopped, as after a ray.shutdown(), where a host that died (killed, out of memory) is a cache lost.
-_ended_on_purpose = False
+_generations = itertools.count(1)  # each host this process starts has its own number
+# The hosts ended on purpose (stop_host, this process's exit): a keeper whose cache ran in one takes it
+# for stopped, as after a ray.shutdown(), where a host that died (killed, out of memory) is a cache lost.
+_ended_on_purpose: set[int] = set()
+# A host that ends on SIGTERM was told to by someone (this process, a job scheduler ending the job).
+_TERMINATED = (-signal.SIGTERM, 128 + signal.SIGTERM)
 
 
 def host_connected() -> bool:
@@ -181,9 +199,20 @@ def host_connected() -> bool:
     return _host is not None and _host.running
 
 
-def host_ended_on_purpose() -> bool:
-    """Whether this process's last service host was ended on purpose (:func:`stop_host`, the exit)."""
-    return _ended_on_purpose
+def host_generation() -> int | None:
+    """The number of this process's running service host (each new host has a new one), or None."""
+    host = _host
+    return host.generation if host is not None and host.running else None
+
+
+def host_ended_on_purpose(generation: int | None) -> bool:
+    """Whether service host number ``generation`` was ended on purpose: :func:`stop_host`, this
+    process's exit, or a SIGTERM (a job scheduler ending the job). False for None."""
+    if generation is None:
+        return False
+    host = _host
+    terminated = host is not None and host.generation == generation and host.process.poll() in _TERMINATED
+    return terminated or generation in _ended_on_purpose
 
 
 def has_ray() -> bool:
@@ -243,17 +272,19 @@ def host_started_early(config: TierloadConfig) -> Iterator[None]:
 
 
 def _running_host(start: bool) -> ServiceHost:
-    global _host, _exit_hook_registered, _ended_on_purpose
+    global _host, _exit_hook_registered
     with _host_lock:
         if _host is None or not _host.running:
             if not start:
-                raise ServiceError("tierload's service host of this process has ended (with its Ray); tierload "
-                                   "does not start it again by itself: build a new TieredDataset to start it")
+                raise ServiceError("this process has no running tierload service host (it ended with its Ray, or "
+                                   "none was started); tierload does not start one by itself here: build a new "
+                                   "TieredDataset to start it")
             if not _exit_hook_registered:
-                atexit.register(_end_hosts)  # registered before the keepers' hook, so it runs after it (LIFO)
+                # Usually registered before the keepers' exit hook, so it runs after it (LIFO); where a
+                # keeper came first (the job had joined another's cache), it sees the host ended on purpose.
+                atexit.register(_end_hosts)
                 _exit_hook_registered = True
-            _host = ServiceHost()
-            _ended_on_purpose = False
+            _host = ServiceHost(next(_generations))
         return _host
 
 
@@ -266,10 +297,11 @@ def stop_host(wait: bool = True) -> None:
             answers the request it is working on, finds no one listening and ends), and wait
             for it only at this process's exit.
     """
-    global _host, _ended_on_purpose
+    global _host
     with _host_lock:
         host, _host = _host, None
-        _ended_on_purpose = _ended_on_purpose or host is not None
+        if host is not None:
+            _ended_on_purpose.add(host.generation)
         if host is not None and not wait:
             host.let_go()
             _letting_go.append(host)
@@ -281,3 +313,19 @@ def _end_hosts() -> None:
     stop_host()
     while _letting_go:
         _letting_go.pop().close()
+
+
+def _forget_hosts_in_child() -> None:
+    """In a child forked from this process (a DataLoader worker, the manifest helper): close its copy
+    of the host's socket, so the host still ends when the training process does (a persistent
+    worker alive at exit would otherwise keep it open), and own no host."""
+    global _host
+    host, _host = _host, None
+    if host is not None:
+        host.let_go()
+    for let_go in _letting_go:
+        let_go.let_go()
+    _letting_go.clear()
+
+
+os.register_at_fork(after_in_child=_forget_hosts_in_child)

@@ -24,15 +24,17 @@ from tierload.wire.messages import CacheAnswer, CacheRequest
 log = logging.getLogger(__name__)
 
 
-def _answer(request: Any) -> CacheAnswer:
+def _answer(received: Any) -> CacheAnswer:
+    request_id = getattr(received, "request_id", -1)
     try:
-        return CacheAnswer(node_endpoint(as_config(CacheRequest.received(request).config)), None)
+        request = CacheRequest.received(received)
+        return CacheAnswer(request_id, node_endpoint(as_config(request.config)), None)
     except TierloadError as exc:
-        return CacheAnswer(None, exc)
+        return CacheAnswer(request_id, None, exc)
     except Exception as exc:  # noqa: BLE001 - Ray raises many types, not all of which pickle: say what it was
         log.debug("the service host could not start the node cache", exc_info=True)
-        return CacheAnswer(None, ServiceError(f"tierload's service host could not start the node cache: "
-                                              f"{type(exc).__name__}: {exc}"))
+        return CacheAnswer(request_id, None, ServiceError(f"tierload's service host could not start the node cache: "
+                                                          f"{type(exc).__name__}: {exc}"))
 
 
 def serve(connection: Connection) -> None:

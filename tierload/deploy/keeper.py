@@ -34,7 +34,7 @@ from typing import Any
 
 from tierload.config.models import TierloadConfig
 from tierload.deploy.actors import deployment_id, node_cache_name
-from tierload.deploy.host import find_node_cache, has_ray, host_ended_on_purpose
+from tierload.deploy.host import find_node_cache, has_ray, host_ended_on_purpose, host_generation
 from tierload.deploy.lifecycle import CacheState, Decision, NodeCacheLifecycle, Observation, decide
 from tierload.deploy.runtime import ray_connected
 from tierload.errors import TierInUseError
@@ -72,6 +72,7 @@ class NodeCacheKeeper:
         # Whether this process has been connected to Ray itself while this keeper ran: once it has,
         # Ray that is gone was shut down on purpose, and this keeper ends instead of starting it again.
         self._had_ray = ray_connected()
+        self._host = host_generation()  # the service host its cache runs in (None: this process's Ray, a join)
         self.lifecycle = NodeCacheLifecycle(hot_dir)
         self._thread = threading.Thread(target=self._loop, name="tierload-cache-keeper", daemon=True)
 
@@ -98,7 +99,7 @@ class NodeCacheKeeper:
         # Ray here, or in this process's service host. A host ended on purpose is Ray shut down on purpose;
         # one that died (killed, out of memory) is a lost cache: a new host starts it again.
         decision = decide(Observation(cache_runs=running, endpoint_withdrawn=endpoint is None,
-                                      ray_connected=connected, had_ray=self._had_ray or host_ended_on_purpose()))
+                                      ray_connected=connected, had_ray=self._shut_down_on_purpose()))
         if decision is Decision.KEEP:
             if running and self.lifecycle.state is CacheState.LOST:  # back without us (another job took over)
                 self.lifecycle.move(CacheState.RECREATING, "it runs again")
@@ -124,7 +125,7 @@ class NodeCacheKeeper:
             # Joins whoever owns the directory now, or starts the cache: in this process's Ray
             # (never started again here once shut down), or through this process's service host
             # (a new one when the last died, or for a job that had joined another job's cache).
-            find_node_cache(self.config, start_ray=not self._had_ray)
+            find_node_cache(self.config, start_ray=not self._shut_down_on_purpose())
         except Exception as exc:  # noqa: BLE001 - Ray raises many types; try again on the next check
             if not self.lifecycle.move_unless_stopped(CacheState.LOST, f"re-creating failed: {type(exc).__name__}"):
                 return False
@@ -138,12 +139,18 @@ class NodeCacheKeeper:
             return False
         if not self.lifecycle.move_unless_stopped(CacheState.OWNED if has_ray() else CacheState.JOINED, "found again"):
             return False
+        self._host = host_generation()
         self.recreated += 1
         now_running = read_endpoint(self.hot_dir)
         log.warning("the node cache (pid %s) was gone; it runs again (pid %s) with the same configuration",
                     gone_pid if gone_pid is not None else "unknown",
                     now_running.pid if now_running is not None else "unknown")
         return True
+
+    def _shut_down_on_purpose(self) -> bool:
+        """This process had Ray itself (Ray gone now was shut down on purpose), or the service host its
+        cache ran in was ended on purpose."""
+        return self._had_ray or host_ended_on_purpose(self._host)
 
     def _actor_exists(self) -> bool:
         import ray
@@ -208,7 +215,8 @@ def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any,
         hot_dir: The directory holding the cache's endpoint file.
         owner: Weakly referenced; the keeper ends once every owner is gone.
         lifecycle: Where the cache stands (OWNED or JOINED); a keeper made here takes it over.
-            Default: a cache found running in this process's Ray cluster (OWNED) or not (JOINED).
+            Default: a cache found running in this process's Ray cluster or its service host's
+            (OWNED), or not (JOINED).
 
     Returns:
         The deployment's keeper in this process.
@@ -218,8 +226,9 @@ def keep_node_cache(config: TierloadConfig, hot_dir: str, owner: Any,
     deployment = deployment_id(config)
     with _keepers_lock:
         if not _exit_hook_registered:
-            # Registered after this process's ray.init (the dataset started Ray first), so it runs
-            # before Ray's exit hook: no keeper sees Ray ending at exit (atexit is LIFO).
+            # Registered after this process's ray.init or its service host's start (the dataset
+            # started them first), so it runs before their exit hooks: no keeper sees Ray or the host
+            # ending at exit (atexit is LIFO).
             atexit.register(stop_keepers)
             _exit_hook_registered = True
         keeper = _keepers.get(deployment)

@@ -8,7 +8,7 @@ in :data:`TRANSITIONS`, written here once::
                           └──────> REFUSED  (another job with other settings owns the directory)
     OWNED / JOINED ──its process is gone──> LOST ──> RECREATING ──> OWNED / JOINED
                                                           └──(failed: try again later)──> LOST
-    any state ──tierload stop, ray.shutdown(), exit, a signal──> STOPPED (terminal)
+    any state ──tierload stop, ray.shutdown(), the service host stopped, exit, a signal──> STOPPED (terminal)
 
 What each observation means is decided by one pure function, :func:`decide`: the keeper
 (:mod:`tierload.deploy.keeper`) observes, asks :func:`decide`, and acts. A shutdown on purpose
@@ -77,8 +77,10 @@ class Observation:
     Attributes:
         cache_runs: An endpoint is published and its process runs.
         endpoint_withdrawn: No endpoint is published (a cache closed on purpose withdraws it).
-        ray_connected: This process is connected to Ray now.
-        had_ray: This process was connected to Ray while it read through the cache.
+        ray_connected: This process is connected to Ray now, itself or through its service host
+            (:mod:`tierload.deploy.host`).
+        had_ray: This process was connected to Ray itself while it read through the cache, or the
+            service host its cache ran in was ended on purpose (Ray shut down on purpose either way).
     """
 
     cache_runs: bool
@@ -96,8 +98,8 @@ def decide(seen: Observation) -> Decision:
     - No endpoint while Ray is here: the cache was closed on purpose (``tierload stop``): keep
       looking, start nothing.
     - Otherwise the cache's process is gone (killed, crashed, or the job it belonged to ended):
-      re-create it (join whoever owns the directory now, or start it; a job that never had Ray
-      starts a local one to take the directory over).
+      re-create it (join whoever owns the directory now, or start it; a job without Ray of its own
+      starts a service host, and with it a local Ray, to take the directory over).
     """
     if seen.cache_runs:
         return Decision.KEEP

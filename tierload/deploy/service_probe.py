@@ -28,7 +28,7 @@ CONNECT_TIMEOUT_S = 1.0
 
 def ray_address(config: TierloadConfig, address: str | None = None) -> str | None:
     """The Ray cluster this command should use: ``address`` > ``ray.address`` > ``RAY_ADDRESS``
-    (None: no cluster configured; a job then starts its own local Ray)."""
+    (None: no cluster configured; a job then starts its own local Ray, in its service host)."""
     return address or config.ray.address or os.environ.get("RAY_ADDRESS") or None
 
 

@@ -234,8 +234,9 @@ class TieredDataset(IterableDataset):
     def start(self) -> "TieredDataset":
         """Map the cached manifest (a helper process lists the prefix and writes it first when there is
         none: :mod:`tierload.data.manifest_helper`), then find this node's cache (through its channel
-        alone when another job or ``tierload serve`` runs it: no Ray in this process) or start Ray and
-        the cache. Idempotent.
+        alone when another job or ``tierload serve`` runs it) or start Ray and the cache: in this
+        process's Ray if it is connected, else in a service host (:mod:`tierload.deploy.host`, started
+        before the manifest so that both run at once): a process without Ray never imports it. Idempotent.
 
         Returns:
             self.
@@ -269,9 +270,10 @@ class TieredDataset(IterableDataset):
                             "once it leaves the decoded window; shuffle=True (block-aware) reads each pack once per "
                             "epoch (docs/packs.md)", self._manifest.num_packs)
             warn_hot_fit_once(self.config, self._manifest.blocks, self.url)  # reads bypass a hot tier too small
-            self._endpoint = attach_node_cache(self.config, self)  # found or started; re-created if removed for good
-        self._link = NodeLink(self._endpoint, identity_of(self._cold))
-        self._register()
+            endpoint = attach_node_cache(self.config, self)  # found or started; re-created if removed for good
+            self._link = NodeLink(endpoint, identity_of(self._cold))
+            self._register()  # a registration refused (this job's credentials) lets an early host go too
+            self._endpoint = endpoint  # started: set last, so a start that failed can be tried again
         stale = previous - set(block_keys(self._manifest.blocks)) if previous else set()
         if stale:
             dropped = self._link.call(lambda cache: cache.invalidate(sorted(stale)))

@@ -382,11 +382,14 @@ class CacheRequest(Message):
     start this node's cache for a deployment.
 
     Attributes:
+        request_id: Echoed in the answer: an answer to an earlier request (one whose caller was
+            interrupted while it waited) is told apart and dropped.
         config: The deployment's resolved configuration, in its dict form (no defaults or
             environment are applied again in the host).
         version: Shape of this message.
     """
 
+    request_id: int
     config: dict[str, Any]
     version: int = 1
 
@@ -396,11 +399,13 @@ class CacheAnswer(Message):
     """The service host's answer to a :class:`CacheRequest`.
 
     Attributes:
+        request_id: The request's :attr:`CacheRequest.request_id`.
         endpoint: The cache's endpoint, or None when ``error`` is set.
         error: What finding or starting it raised (a :class:`~tierload.errors.TierloadError`).
         version: Shape of this message.
     """
 
+    request_id: int
     endpoint: Endpoint | None
     error: BaseException | None
     version: int = 1
