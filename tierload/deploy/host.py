@@ -284,6 +284,8 @@ def _running_host(start: bool) -> ServiceHost:
                 # keeper came first (the job had joined another's cache), it sees the host ended on purpose.
                 atexit.register(_end_hosts)
                 _exit_hook_registered = True
+            if _host is not None:
+                _host.let_go()  # a host that died: its socket is closed here too
             _host = ServiceHost(next(_generations))
         return _host
 
