@@ -42,9 +42,10 @@ from multiprocessing.connection import Connection
 from typing import Any, Iterator
 
 from tierload.config.models import TierloadConfig
-from tierload.deploy.runtime import node_endpoint, ray_connected
+from tierload.deploy.runtime import node_endpoint
 from tierload.errors import ServiceError
 from tierload.node.ownership import join_owner, live_owner
+from tierload.ray_presence import ray_connected
 from tierload.wire.messages import CacheAnswer, CacheRequest, Endpoint
 
 log = logging.getLogger(__name__)

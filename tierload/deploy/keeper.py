@@ -36,8 +36,8 @@ from tierload.config.models import TierloadConfig
 from tierload.deploy.actors import deployment_id, node_cache_name
 from tierload.deploy.host import find_node_cache, has_ray, host_ended_on_purpose, host_generation
 from tierload.deploy.lifecycle import CacheState, Decision, NodeCacheLifecycle, Observation, decide
-from tierload.deploy.runtime import ray_connected
 from tierload.errors import TierInUseError
+from tierload.ray_presence import ray_connected
 from tierload.wire.endpoint import read_endpoint, running_endpoint
 from tierload.wire.messages import Endpoint
 

@@ -16,7 +16,6 @@ import atexit
 import contextlib
 import logging
 import os
-import sys
 from typing import TYPE_CHECKING, Any, Iterator, ParamSpec, TypeVar
 
 from tierload.config.loading import as_config
@@ -33,6 +32,7 @@ from tierload.deploy.actors import (
 )
 from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config
 from tierload.errors import ServiceError, TierInUseError
+from tierload.ray_presence import ray_connected
 from tierload.wire.api import COORDINATOR_METHODS, CoordinatorAPI, NodeCacheServiceAPI
 
 if TYPE_CHECKING:
@@ -47,13 +47,6 @@ R = TypeVar("R")
 # node can join it, no peer can ask this node's cache for a block); compared with the Ray connected
 # now, so a Ray the user starts after a ray.shutdown() is not taken for it.
 _own_local_node: str | None = None
-
-
-def ray_connected() -> bool:
-    """Whether this process is connected to Ray now (never imports Ray)."""
-    # getattr: another thread may be importing Ray right now (a module still without its names)
-    is_initialized = getattr(sys.modules.get("ray"), "is_initialized", None)
-    return is_initialized is not None and bool(is_initialized())
 
 
 def ensure_ray(config: TierloadConfig, *, start: bool = True, log_to_driver: bool = True) -> None:

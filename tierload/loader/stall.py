@@ -284,9 +284,9 @@ def export_rank(rank: int, dataset_id: str, epoch: EpochStall, finished: bool, l
         finished: Whether ``epoch`` is over (it is then added to the totals).
         link: The dataset's node cache (None: export in this process).
     """
-    from tierload.deploy.runtime import ray_connected
     from tierload.metrics.samples import rank_samples
     from tierload.metrics.sinks import default_sink
+    from tierload.ray_presence import ray_connected
 
     total = _TOTALS.setdefault((rank, dataset_id), EpochStall(0))
     stall_s, seconds = total.stall_s + epoch.stall_s, total.seconds + epoch.seconds

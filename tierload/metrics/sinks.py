@@ -16,12 +16,12 @@ process is enough; metric objects are made on first use and kept.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from typing import Any, Iterable
 
 from tierload.metrics.catalog import BY_NAME, COUNTER, GAUGE, MetricSpec
 from tierload.metrics.samples import Sample
+from tierload.ray_presence import ray_connected
 
 log = logging.getLogger(__name__)
 
@@ -178,15 +178,9 @@ def default_sink() -> MemorySink:
     """
     global _SHARED
     with _SHARED_LOCK:
-        if _SHARED is None or (not isinstance(_SHARED, RaySink) and _ray_connected()):
+        if _SHARED is None or (not isinstance(_SHARED, RaySink) and ray_connected()):
             _SHARED = _make_default_sink()
         return _SHARED
-
-
-def _ray_connected() -> bool:
-    # never imports Ray; getattr: another thread may be importing it right now (a module still without its names)
-    is_initialized = getattr(sys.modules.get("ray"), "is_initialized", None)
-    return is_initialized is not None and bool(is_initialized())
 
 
 def _make_default_sink() -> MemorySink:
