@@ -33,7 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    import psutil
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +125,68 @@ def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
         yield
     finally:
         setattr(owner, name, before)
+
+
+# Ray's own words when its node did not register in time (ray/_private/node.py).
+_NODE_START_TIMEOUT = "timed out during startup"
+
+
+def start_retrying_a_node_that_timed_out(start: Callable[[], None]) -> None:
+    """Run ``start`` (a ``ray.init`` that starts a local node); if the node timed out during
+    start-up, end what that try left running and run ``start`` once more.
+
+    Why: Ray 2.60's raylet waits a fixed 15 s for its dashboard agent to write its port file and
+    exits if it has not (ray-project/ray#65983); ``ray.init`` then waits out its own fixed 30 s and
+    raises "The current node timed out during startup", leaving the GCS, the agents and the reaper
+    of that node running. On a loaded machine (a node whose CPUs the training job fills), the
+    agent's imports alone can take that long. Seen twice in this project's test suite on 2 cores.
+
+    Raises:
+        Exception: Whatever ``start`` raised on the second try, or on the first try for any
+            other reason (the caller names it).
+    """
+    started = time.time()
+    try:
+        start()
+        return
+    except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this
+        if _NODE_START_TIMEOUT not in str(exc):
+            raise
+        left = _ray_processes_started_since(started)
+        log.warning("Ray's local node timed out during start-up (its raylet waits a fixed 15 s for its dashboard "
+                    "agent, ray-project/ray#65983; this machine is loaded): ending the %d processes that try left "
+                    "and starting it once more", len(left))
+        _end(left)
+    start()
+
+
+def _ray_processes_started_since(started: float) -> list[psutil.Process]:
+    """This process's descendants started at or after ``started`` (seconds since the epoch) that run
+    Ray's own programs (the GCS and raylet binaries, its agents, reaper and monitors): a failed
+    ``ray.init`` keeps no handle on them."""
+    import psutil
+    import ray
+
+    ray_dir = os.path.dirname(ray.__file__)
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.create_time() >= started - 1 and ray_dir in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _end(processes: list[psutil.Process], grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL what is still running after ``grace_s`` seconds."""
+    import psutil
+
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)

@@ -30,7 +30,7 @@ from tierload.deploy.actors import (
     node_cache_name,
     served,
 )
-from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config
+from tierload.deploy.local_ray import lean_local_ray, local_ray_system_config, start_retrying_a_node_that_timed_out
 from tierload.errors import ServiceError, TierInUseError
 from tierload.ray_presence import ray_connected
 from tierload.wire.api import COORDINATOR_METHODS, CoordinatorAPI, NodeCacheServiceAPI
@@ -85,11 +85,15 @@ def ensure_ray(config: TierloadConfig, *, start: bool = True, log_to_driver: boo
         # Sized to what tierload uses (no API server, no idle workers; no metrics agent unless metrics
         # are asked for): tierload.deploy.local_ray.
         metrics = config.metrics.enabled
-        with _loopback_node(), lean_local_ray(metrics, log_to_driver):
-            ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
-                     _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
-                     object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=log_to_driver,
-                     configure_logging=False, _system_config=local_ray_system_config(metrics))
+
+        def start_local_node() -> None:
+            with _loopback_node(), lean_local_ray(metrics, log_to_driver):
+                ray.init(address="local", namespace=config.ray.namespace, include_dashboard=False,
+                         _node_ip_address="127.0.0.1", num_cpus=config.ray.num_cpus,
+                         object_store_memory=config.ray.object_store_memory_bytes, log_to_driver=log_to_driver,
+                         configure_logging=False, _system_config=local_ray_system_config(metrics))
+
+        start_retrying_a_node_that_timed_out(start_local_node)
         _own_local_node = ray.get_runtime_context().get_node_id()
         # Registered after ray.init's own exit hook, so it runs first (atexit is LIFO).
         atexit.register(_close_node_caches, config.ray.namespace)
