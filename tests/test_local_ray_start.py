@@ -65,3 +65,26 @@ def test_a_node_whose_agent_starts_too_slowly_is_ended_and_started_again(tmp_pat
         time.sleep(0.5)
     alive = psutil.pid_exists(slow_agent) and psutil.Process(slow_agent).status() != psutil.STATUS_ZOMBIE
     assert not alive, f"the failed try's dashboard agent {slow_agent} still runs"
+
+
+
+def test_the_prompt_registration_lookup_finds_a_registered_node_and_leaves_an_unknown_one_to_rays_own(ray_session):
+    """The lookup that sees a starting node's registration sooner is a faster path only. Against the
+    session's real GCS: a registered node is found and Ray's own lookup then answers for it; a node the
+    GCS never lists is left, after the wait, to Ray's own lookup, whose answer is returned."""
+    import ray
+
+    from tierload.deploy.local_ray import _registered_promptly
+
+    gcs_address = ray.get_runtime_context().gcs_address
+    registered = ray.get_runtime_context().get_node_id()
+    asked = []
+
+    def rays_own(address, node_id):
+        asked.append(node_id)
+        return {"node_id": node_id}
+
+    assert _registered_promptly(rays_own, wait_s=1.0)(gcs_address, registered) == {"node_id": registered}
+    never = "ab" * 28
+    assert _registered_promptly(rays_own, wait_s=1.0)(gcs_address, never) == {"node_id": never}
+    assert asked == [registered, never]
