@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 TESTS = Path(__file__).parent
 
@@ -67,11 +68,10 @@ def test_a_node_whose_agent_starts_too_slowly_is_ended_and_started_again(tmp_pat
     assert not alive, f"the failed try's dashboard agent {slow_agent} still runs"
 
 
-
-def test_the_prompt_registration_lookup_finds_a_registered_node_and_leaves_an_unknown_one_to_rays_own(ray_session):
-    """The lookup that sees a starting node's registration sooner is a faster path only. Against the
-    session's real GCS: a registered node is found and Ray's own lookup then answers for it; a node the
-    GCS never lists is left, after the wait, to Ray's own lookup, whose answer is returned."""
+def test_the_prompt_registration_lookup_hands_a_registered_node_to_rays_own_and_says_when_none_came(ray_session):
+    """Against the session's real GCS: a registered node is found and Ray's own lookup answers for it; a
+    node the GCS never lists is, after the wait, the RuntimeError Ray's own lookup raises for a missing
+    node (``ray.init`` then says its node timed out), and Ray's lookup, which would wait on, is not asked."""
     import ray
 
     from tierload.deploy.local_ray import _registered_promptly
@@ -86,5 +86,6 @@ def test_the_prompt_registration_lookup_finds_a_registered_node_and_leaves_an_un
 
     assert _registered_promptly(rays_own, wait_s=1.0)(gcs_address, registered) == {"node_id": registered}
     never = "ab" * 28
-    assert _registered_promptly(rays_own, wait_s=1.0)(gcs_address, never) == {"node_id": never}
-    assert asked == [registered, never]
+    with pytest.raises(RuntimeError, match=f"node {never} did not register"):
+        _registered_promptly(rays_own, wait_s=1.0)(gcs_address, never)
+    assert asked == [registered]

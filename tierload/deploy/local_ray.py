@@ -111,41 +111,52 @@ def _without_monitors(init: Any, log_monitor: bool) -> Any:
     return start_without_monitors
 
 
-# How often the node's registration is looked for while a local Ray starts (seconds).
+# How often the node's registration is looked for while a local Ray starts, and for how long at most
+# (seconds): ray.init gives up 30 s after it started the node's processes (ray/_private/node.py).
 _REGISTRATION_POLL_S = 0.02
+_REGISTRATION_WAIT_S = 30.0
 
 
 def _registered_promptly(get_node: Callable[[str, str], Any], wait_s: float | None = None
                          ) -> Callable[[str, str], Any]:
-    """``services.get_node`` for a node that is starting: first wait, in steps of
-    :data:`_REGISTRATION_POLL_S` and for at most ``wait_s`` seconds (default
-    :data:`_REGISTRATION_WAIT_S`), until the GCS lists the node, then ask Ray's own ``get_node``.
+    """``services.get_node`` for a node that is starting: wait, in steps of
+    :data:`_REGISTRATION_POLL_S`, until the GCS lists the node, then ask Ray's own ``get_node``,
+    which then answers at once.
 
     Why: ``ray.init`` waits for its new node with ``services.get_node``, whose lookup (Ray's C++
     ``GlobalStateAccessor::GetNode``) looks again only after a whole second when the node has not
     registered yet: a raylet that registers 0.8 s after its start was seen at 1.01 s, one that registers
     at 2.1 s at 3.0 s (Ray 2.60, this 2-core machine). The wait here costs a node list per step, on
-    loopback; anything it cannot do leaves the lookup to Ray's own, unchanged.
+    loopback.
+
+    Args:
+        get_node: Ray's own lookup, ``(gcs_address, node_id hex) -> node info``.
+        wait_s: How long the waits of all calls last together at most (default
+            :data:`_REGISTRATION_WAIT_S`, ``ray.init``'s own limit).
+
+    Raises:
+        RuntimeError: The GCS did not list the node within ``wait_s``; Ray's own lookup raises the
+            same when it finds no node, and ``ray.init`` then says the node timed out.
     """
+    deadline: list[float] = []  # set at the first call
+
     def get_node_once_registered(gcs_address: str, node_id: str) -> Any:
+        if not deadline:
+            deadline.append(time.monotonic() + (_REGISTRATION_WAIT_S if wait_s is None else wait_s))
         try:
             from ray._raylet import GcsClient  # type: ignore[attr-defined]  # compiled; no stub names it
 
             client = GcsClient(address=gcs_address)
-            deadline = time.monotonic() + (_REGISTRATION_WAIT_S if wait_s is None else wait_s)
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline[0]:
                 if any(listed.hex() == node_id for listed in client.get_all_node_info(timeout=5)):
-                    break
+                    return get_node(gcs_address, node_id)
                 time.sleep(_REGISTRATION_POLL_S)
-        except Exception as exc:  # noqa: BLE001 - a faster path only: Ray's own lookup follows either way
+        except Exception as exc:  # noqa: BLE001 - a faster path only: Ray's own lookup answers instead
             log.debug("could not look for the new node's registration (%s): Ray's own lookup waits for it", exc)
-        return get_node(gcs_address, node_id)
+            return get_node(gcs_address, node_id)
+        raise RuntimeError(f"node {node_id} did not register with the GCS at {gcs_address}")
 
     return get_node_once_registered
-
-
-# At most this long (seconds) before Ray's own lookup takes over: ray.init gives up 30 s after its start.
-_REGISTRATION_WAIT_S = 25.0
 
 
 def _metrics_agent_not_wanted() -> ImportError:
