@@ -2,8 +2,8 @@
 its dashboard agent was slow (ray-project/ray#65983) is ended and started once more.
 
 The fault is real: the first dashboard agent sleeps past the raylet's 15 s wait for its port file
-(tests/slow_agent.py), the raylet exits, and ``ray.init`` raises after its own 30 s. The start runs in
-a process of its own, which lists what runs under it once it is connected.
+(tests/slow_agent.py), the raylet exits, and ``ray.init`` raises after its own 30 s. It hits a real
+training job (tests/tierload_job.py, moto's S3 over HTTP), whose service host starts the local Ray.
 """
 
 from __future__ import annotations
@@ -17,55 +17,74 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import put_indexed_objects
 
 TESTS = Path(__file__).parent
-
-_START = r"""
-import json, logging, sys
-import psutil, ray
-from tierload.config.loading import load_config
-from tierload.deploy.runtime import ensure_ray
-
-warnings = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        warnings.append(record.getMessage())
-logging.getLogger("tierload").addHandler(Keep(level=logging.WARNING))
-ensure_ray(load_config({"ray": {"num_cpus": 1, "object_store_memory_bytes": 100 * 2**20}}, environ={}),
-           log_to_driver=False)
-names = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
-print(json.dumps({"connected": ray.is_initialized(), "warnings": warnings,
-                  "gcs_servers": sum("gcs_server" in name for name in names),
-                  "raylets": sum("/raylet " in name for name in names)}))
-ray.shutdown()
-"""
+OBJECTS, SIZE = 20, 256
 
 
-def test_a_node_whose_agent_starts_too_slowly_is_ended_and_started_again(tmp_path):
-    flag = tmp_path / "slow-agent.pid"
+def _ray_servers(pid: int) -> dict[str, int]:
+    """How many GCS servers and raylets run under process ``pid``."""
+    names = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            names.append(" ".join(child.cmdline()))
+        except psutil.Error:
+            continue
+    return {"gcs_server": sum("gcs_server" in name for name in names),
+            "raylet": sum("/raylet " in name for name in names)}
+
+
+def test_a_job_whose_ray_agent_starts_too_slowly_starts_ray_again_and_reads_every_sample_once(s3, bucket, tmp_path):
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", OBJECTS, size=SIZE)
+    flag, result, exit_when = tmp_path / "slow-agent.pid", tmp_path / "result.json", tmp_path / "exit"
+    config = {"hot": {"dir": str(tmp_path / "hot"), "capacity_bytes": "16MiB"}, "warm": {"url": None},
+              "manifest": {"cache_dir": str(tmp_path / "manifests"), "pack_target_bytes": 0},
+              "ray": {"num_cpus": 1, "object_store_memory_bytes": 100 * 2**20}}
+    spec = {"url": f"s3://{name}/ds", "storage_options": s3.storage_options, "config": config, "epochs": 1,
+            "seed": 0, "num_workers": 0, "delay_s": 0.0, "sample_size": SIZE, "result": str(result),
+            "exit_when": str(exit_when)}
     env = {**os.environ, "TIERLOAD_TEST_SLOW_AGENT_FLAG": str(flag), "TIERLOAD_METRICS__ENABLED": "false",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH")]))}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, "-c", _START], capture_output=True, text=True, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    log = tmp_path / "job.log"
+    with open(log, "w") as stderr:
+        job = subprocess.Popen([sys.executable, str(TESTS / "tierload_job.py"), json.dumps(spec)],
+                               stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    try:
+        events = []
+        for line in job.stdout:
+            if line.startswith("{"):
+                events.append(json.loads(line)["event"])
+                if events[-1] == "done":
+                    break
+        assert events[-1:] == ["done"], log.read_text()[-4000:]
+        # The failed try's GCS was ended: one node runs under the job, the second try's.
+        assert _ray_servers(job.pid) == {"gcs_server": 1, "raylet": 1}
+        exit_when.touch()
+        assert job.wait(timeout=120) == 0, log.read_text()[-4000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
     assert flag.exists(), "the fault was not injected: no dashboard agent started slowly"
-    assert report["connected"]
-    assert any("timed out during start-up" in line for line in report["warnings"]), report["warnings"]
-    # The failed try's GCS was ended: one node runs, the second try's.
-    assert report["gcs_servers"] == 1 and report["raylets"] == 1, report
+    assert "timed out during start-up" in log.read_text(), log.read_text()[-4000:]
+    outcome = json.loads(result.read_text())
+    assert outcome["ray"] and not outcome["ray_imported"]  # Ray ran in the job's service host
+    assert outcome["wrong_bytes"] == 0 and sorted(outcome["epochs"][0]["seen"]) == list(range(OBJECTS))
     # The slow agent, orphaned when its raylet exited, ends by itself once it wakes.
     slow_agent = int(flag.read_text())
     deadline = time.monotonic() + 60
-    while psutil.pid_exists(slow_agent) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         try:
             if psutil.Process(slow_agent).status() == psutil.STATUS_ZOMBIE:
                 break
         except psutil.Error:
             break
         time.sleep(0.5)
-    alive = psutil.pid_exists(slow_agent) and psutil.Process(slow_agent).status() != psutil.STATUS_ZOMBIE
-    assert not alive, f"the failed try's dashboard agent {slow_agent} still runs"
+    else:
+        pytest.fail(f"the failed try's dashboard agent {slow_agent} still runs")
 
 
 def test_the_prompt_registration_lookup_hands_a_registered_node_to_rays_own_and_says_when_none_came(ray_session):
