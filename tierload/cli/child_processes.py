@@ -30,6 +30,8 @@ import signal
 import threading
 from typing import Any
 
+from tierload.process_ending import end_processes
+
 log = logging.getLogger(__name__)
 
 SCAN_INTERVAL_S = 0.5
@@ -123,18 +125,7 @@ class ChildProcesses:
         if not alive:
             return []
         log.info("ending %d process(es) this command started: %s", len(alive), [p.pid for p in alive])
-        for proc in alive:
-            try:
-                proc.terminate()
-            except psutil.Error:
-                pass
-        _, left = psutil.wait_procs(alive, timeout=self.grace_s)
-        for proc in left:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(left, timeout=self.grace_s)
+        end_processes(alive, self.grace_s)
         return [proc.pid for proc in alive]
 
 

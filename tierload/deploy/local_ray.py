@@ -37,6 +37,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from tierload.process_ending import end_processes
+
 if TYPE_CHECKING:
     import psutil
 
@@ -207,7 +209,7 @@ def start_retrying_a_node_that_timed_out(start: Callable[[], None]) -> None:
         log.warning("Ray's local node timed out during start-up (its raylet waits a fixed 15 s for its dashboard "
                     "agent, ray-project/ray#65983; this machine is loaded): ending the %d processes that try left "
                     "and starting it once more", len(left))
-        _end(left)
+        end_processes(left, grace_s=5.0)
     start()
 
 
@@ -228,16 +230,3 @@ def _ray_processes_started_since(started: float) -> list[psutil.Process]:
             continue
     return found
 
-
-def _end(processes: list[psutil.Process], grace_s: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL what is still running after ``grace_s`` seconds."""
-    import psutil
-
-    for proc in processes:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(processes, timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
