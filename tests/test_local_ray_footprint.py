@@ -76,8 +76,9 @@ def _with(commands: list[str], needle: str) -> list[str]:
 
 def _workers(commands: list[str]) -> list[str]:
     """Ray's workers (``ray::IDLE``, or ``ray::<actor class>`` once an actor runs in one); Ray's agents
-    title themselves ``ray::...Agent`` too."""
-    titles = [c.split()[0] for c in commands if c.startswith("ray::")]
+    title themselves ``ray::...Agent`` too. A worker running a method is titled ``ray::<class>.<method>``
+    meanwhile (a coordinator in its periodic ``sync``, seen once in a CI run): named by its class here."""
+    titles = [c.split()[0].split(".")[0] for c in commands if c.startswith("ray::")]
     return [title for title in titles if title not in ("ray::DashboardAgent", "ray::RuntimeEnvAgent")]
 
 
