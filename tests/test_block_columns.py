@@ -14,7 +14,7 @@ import pytest
 
 from tierload.config.loading import load_config
 from tierload.config.models import ManifestConfig
-from tierload.data.block_columns import BlockColumns, BlocksByKey, block_key_at, block_lengths
+from tierload.data.block_columns import BlockColumns, BlocksByKey, ColumnSpans, block_key_at, block_lengths
 from tierload.data.manifest import build_manifest, open_manifest, save_manifest
 from tierload.data.order import block_sequence, compact_index_dtype, epoch_order
 from tierload.data.packs import PackIndex
@@ -85,9 +85,14 @@ def test_mapped_blocks_read_as_the_built_list(built):
     assert dataclasses.replace(opened).dataset_id == manifest.dataset_id
     assert opened.total_bytes == manifest.total_bytes and opened.num_packs == manifest.num_packs
     by_columns, by_blocks = opened.pack_index, PackIndex.of(manifest.blocks)
-    assert np.array_equal(by_columns.first, by_blocks.first)
-    assert np.array_equal(by_columns.starts, by_blocks.starts) and np.array_equal(by_columns.ends, by_blocks.ends)
-    assert by_columns.starts.dtype == np.int32  # blocks far below 2 GiB
+    assert isinstance(by_columns, ColumnSpans)  # nothing held over every member of a mapped manifest
+    for block in range(len(blocks)):
+        first, starts, ends = by_columns.span(block)
+        expected_first, expected_starts, expected_ends = by_blocks.span(block)
+        assert first == expected_first
+        assert starts.tolist() == expected_starts.tolist() and ends.tolist() == expected_ends.tolist()
+    with pytest.raises(IndexError, match=f"block index {len(blocks)} outside"):
+        by_columns.span(len(blocks))
     by_key = BlocksByKey(blocks)
     some = manifest.blocks[3]
     assert by_key[some.key] == some and some.key in by_key and "nope" not in by_key and len(by_key) == len(blocks)

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from tierload.data.blocks import Block
-from tierload.data.packs import ListedMembers, PackMembers
+from tierload.data.packs import ListedMembers, PackMembers, spans_of_sizes
 
 # Blocks made at once when iterating (bounds the transient Python strings of one window).
 _ITER_WINDOW = 4096
@@ -110,29 +110,40 @@ class BlockColumns(Sequence[Block]):
         lo, hi = int(self.pack_first[pack]), int(self.pack_first[pack + 1])
         return ListedMembers(self.listing, self.member_ids[lo:hi])
 
-    def member_counts(self) -> np.ndarray:
-        """int64 (blocks,): members per block (1 for a plain block)."""
-        counts = np.ones(len(self), np.int64)
-        counts[self.pack_block] = np.diff(self.pack_first)
-        return counts
 
-    def member_sizes(self) -> np.ndarray:
-        """(sum of :meth:`member_counts`,): every member's size in bytes, block after block (a
-        plain block is one member of its own length): int32 when every block is below 2 GiB (a
-        member is never larger than its block), else int64."""
-        counts = self.member_counts()
-        first = np.zeros(len(self) + 1, np.int64)
-        np.cumsum(counts, out=first[1:])
-        narrow = not len(self) or int(self.lengths.max()) <= np.iinfo(np.int32).max
-        sizes = np.empty(int(first[-1]), np.int32 if narrow else np.int64)
-        plain = np.ones(len(self), bool)
-        plain[self.pack_block] = False
-        sizes[first[:-1][plain]] = self.lengths[plain]
-        if len(self.member_ids):
-            # member j of pack p lands at first[pack_block[p]] + (j - pack_first[p])
-            shift = np.repeat(first[self.pack_block] - self.pack_first[:-1], np.diff(self.pack_first))
-            sizes[shift + np.arange(len(self.member_ids), dtype=np.int64)] = self.listing.sizes[self.member_ids]
-        return sizes
+class ColumnSpans:
+    """Where each sample lies inside its block, read from a mapped manifest's columns when a
+    block is decoded (:class:`~tierload.data.packs.MemberSpans`).
+
+    Nothing is built over every member: at 1.28 M samples an index of every member's byte range
+    (:class:`~tierload.data.packs.PackIndex`) is 10 MB that each DataLoader worker of each rank
+    would hold for the run; a block's spans are one cumulative sum over its members' sizes (a
+    pack holds tens to hundreds), read from pages the workers share.
+
+    Args:
+        columns: The manifest's blocks.
+    """
+
+    def __init__(self, columns: BlockColumns) -> None:
+        self.columns = columns
+
+    def span(self, block_index: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(first member, starts, ends)`` of block ``block_index`` (int64 byte ranges inside it).
+
+        Raises:
+            IndexError: ``block_index`` is outside the manifest's blocks.
+        """
+        columns = self.columns
+        if not 0 <= block_index < len(columns):
+            raise IndexError(f"block index {block_index} outside 0..{len(columns) - 1}")
+        pack = int(np.searchsorted(columns.pack_block, block_index))
+        # the members before this block: one per plain block, and every member of the packs before it
+        first = block_index - pack + int(columns.pack_first[pack])
+        if pack == len(columns.pack_block) or int(columns.pack_block[pack]) != block_index:
+            return first, np.zeros(1, np.int64), np.array([int(columns.lengths[block_index])], np.int64)
+        lo, hi = int(columns.pack_first[pack]), int(columns.pack_first[pack + 1])
+        starts, ends = spans_of_sizes(columns.listing.sizes[columns.member_ids[lo:hi]])
+        return first, starts, ends
 
 
 def block_lengths(blocks: Sequence[Block]) -> np.ndarray:

@@ -25,11 +25,11 @@ import xxhash
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.config.models import ManifestConfig
-from tierload.data.block_columns import BlockColumns, block_lengths, digest_keys, pack_count
+from tierload.data.block_columns import BlockColumns, ColumnSpans, block_lengths, digest_keys, pack_count
 from tierload.data.blocks import Block
 from tierload.data.layouts.base import BlockDecoder
 from tierload.data.layouts.registry import LAYOUTS, layout_spec
-from tierload.data.packs import ListedMembers, PackIndex, PackMembers
+from tierload.data.packs import ListedMembers, MemberSpans, PackIndex, PackMembers
 from tierload.errors import ManifestError
 from tierload.process_memory import release_freed_memory
 from tierload.stores.cold.listing import ObjectListing
@@ -99,11 +99,11 @@ class Manifest:
         return self._dataset_id
 
     @property
-    def pack_index(self) -> PackIndex:
+    def pack_index(self) -> MemberSpans:
         """Where each sample lies inside its block (layouts with one sample per object)."""
         if not hasattr(self, "_pack_index"):
-            if isinstance(self.blocks, BlockColumns):  # mapped: from the columns, no Block made
-                self._pack_index = PackIndex.of_members(self.blocks.member_counts(), self.blocks.member_sizes())
+            if isinstance(self.blocks, BlockColumns):  # mapped: read from the columns per block, no Block made
+                self._pack_index: MemberSpans = ColumnSpans(self.blocks)
             else:
                 self._pack_index = PackIndex.of(self.blocks)
         return self._pack_index

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -330,9 +330,28 @@ def group_objects(objects: Sequence[ObjectInfo], threshold_bytes: int, target_by
 _INDEX_WINDOW = 65536
 
 
+class MemberSpans(Protocol):
+    """Where each sample lies inside its block (a decoder cuts a block's samples with it)."""
+
+    def span(self, block_index: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(first member, starts, ends)`` of block ``block_index``'s members: the sample id of
+        its first member, and int (members,) arrays of each member's first byte and one past its
+        last byte inside the block."""
+        ...
+
+
+def spans_of_sizes(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)``: int64 (members,) byte ranges of members of ``sizes`` bytes laid end to
+    end from byte 0 (a pack's raw bytes are its members' bytes concatenated)."""
+    ends = np.cumsum(sizes, dtype=np.int64)
+    return ends - sizes, ends
+
+
 @dataclass(frozen=True)
 class PackIndex:
-    """Where each sample lies inside its block, for layouts with one sample per object.
+    """Where each sample lies inside its block, for layouts with one sample per object, held as
+    arrays over every member (a manifest planned in this process; a mapped one computes each
+    block's spans from its columns when asked, :class:`~tierload.data.block_columns.ColumnSpans`).
 
     A plain block holds one member; a pack holds several, in pack order. Samples and members
     are the same sequence (the manifest's sample order, which follows the pack order), so block

@@ -8,7 +8,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from tierload.data.blocks import Block
-from tierload.data.packs import PackIndex
+from tierload.data.packs import MemberSpans
 
 
 @dataclass
@@ -85,6 +85,6 @@ class ManifestView(Protocol):
         ...
 
     @property
-    def pack_index(self) -> PackIndex:
+    def pack_index(self) -> MemberSpans:
         """Where each packed sample lies in its pack."""
         ...

@@ -20,7 +20,7 @@ from PIL import Image
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.data.blocks import Block
 from tierload.data.layouts.base import LayoutPlan
-from tierload.data.packs import ListedMembers, PackIndex, PackMembers, cut_runs, mixing_order, pack_digests
+from tierload.data.packs import ListedMembers, MemberSpans, PackMembers, cut_runs, mixing_order, pack_digests
 from tierload.errors import DecodeError, ManifestError
 from tierload.process_memory import release_freed_memory
 from tierload.stores.cold.listing import ObjectInfo, ObjectListing
@@ -241,7 +241,7 @@ class ImageDecoder:
         index: Where each sample lies inside its block.
     """
 
-    def __init__(self, labels: np.ndarray, index: PackIndex) -> None:
+    def __init__(self, labels: np.ndarray, index: MemberSpans) -> None:
         self.labels = labels
         self.index = index
 
@@ -279,7 +279,7 @@ class RawDecoder:
         index: Where each sample lies inside its block.
     """
 
-    def __init__(self, labels: np.ndarray, index: PackIndex) -> None:
+    def __init__(self, labels: np.ndarray, index: MemberSpans) -> None:
         self.labels = labels
         self.index = index
 
