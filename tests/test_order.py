@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tierload.data.order import epoch_order, rank_slice, samples_per_rank, worker_positions
+from tierload.data.order import WorkerPositions, epoch_order, rank_slice, samples_per_rank, worker_positions
 
 
 def split_all(count, world, workers, chunk, drop_last, shuffle="sample", sample_block=None):
@@ -77,3 +77,23 @@ def test_bad_split_arguments_are_rejected():
         worker_positions(10, worker_id=0, num_workers=1, chunk=0)
     with pytest.raises(ValueError, match="shuffle"):
         epoch_order(np.arange(3), seed=0, epoch=0, shuffle="random")
+
+
+def test_worker_positions_computed_when_indexed_are_the_arrays_positions():
+    for count in (0, 1, 5, 7, 64, 100, 101, 1000):
+        for workers in (1, 2, 3, 7):
+            for chunk in (1, 3, 4, 256):
+                for worker in range(workers):
+                    held = worker_positions(count, worker_id=worker, num_workers=workers, chunk=chunk)
+                    computed = WorkerPositions(count, worker_id=worker, num_workers=workers, chunk=chunk)
+                    assert len(computed) == len(held)
+                    assert [computed[i] for i in range(len(computed))] == held.tolist()
+                    assert computed[1:4] == held[1:4].tolist()
+                    if len(held):
+                        assert computed[-1] == int(held[-1])
+                    with pytest.raises(IndexError, match=f"position index {len(held)} outside"):
+                        computed[len(held)]
+    with pytest.raises(ValueError, match="worker_id=2, num_workers=2"):
+        WorkerPositions(10, worker_id=2, num_workers=2, chunk=1)
+    with pytest.raises(ValueError, match="chunk=0"):
+        WorkerPositions(10, worker_id=0, num_workers=1, chunk=0)

@@ -19,6 +19,9 @@ Split rule (documented for users):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import overload
+
 import numpy as np
 
 SHUFFLE_MODES = ("none", "sample", "block")
@@ -141,6 +144,50 @@ def worker_positions(count: int, *, worker_id: int, num_workers: int, chunk: int
         return np.zeros(0, dtype=dtype)
     positions = (starts[:, None] + np.arange(chunk, dtype=dtype)[None, :]).ravel()
     return positions[positions < count] if int(positions[-1]) >= count else positions
+
+
+class WorkerPositions(Sequence[int]):
+    """The positions of :func:`worker_positions`, computed when indexed instead of held.
+
+    A reader holds its positions for a whole epoch, in every DataLoader worker of every rank: at a
+    million samples an array of them is 4 MB per worker. Worker ``w`` of ``W`` takes chunks
+    ``w, w + W, w + 2W, ...`` of ``chunk`` positions, so its ``i``-th position is arithmetic.
+
+    Args:
+        count: Length of the rank's slice (positions ``0 .. count - 1``).
+        worker_id, num_workers: This DataLoader worker and how many the rank has.
+        chunk: Positions per chunk (the batch size).
+
+    Raises:
+        ValueError: Bad worker id or chunk size (at construction).
+    """
+
+    def __init__(self, count: int, *, worker_id: int, num_workers: int, chunk: int) -> None:
+        if num_workers < 1 or not 0 <= worker_id < num_workers:
+            raise ValueError(f"worker_id={worker_id}, num_workers={num_workers}")
+        if chunk < 1:
+            raise ValueError(f"chunk={chunk}; it must be >= 1")
+        self._offset, self._stride, self._chunk = worker_id * chunk, num_workers * chunk, chunk
+        rounds, rest = divmod(max(count, 0), self._stride)
+        self._len = rounds * chunk + min(max(rest - self._offset, 0), chunk)
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
+        at = index + self._len if index < 0 else index
+        if not 0 <= at < self._len:
+            raise IndexError(f"position index {index} outside 0..{self._len - 1}")
+        rounds, within = divmod(at, self._chunk)
+        return rounds * self._stride + self._offset + within
 
 
 def resolve_shuffle(shuffle: str, num_samples: int, num_blocks: int) -> str:

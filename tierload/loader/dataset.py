@@ -82,7 +82,7 @@ from tierload.loader.warm_resume import WARM_SUFFIX, close_warm_stream, open_war
 from tierload.stores.cold.identity import identity_of
 from tierload.stores.cold.location import ColdLocation, canonical_url
 from tierload.stores.cold.source import ColdSource
-from tierload.wire.messages import Endpoint, StreamPlan
+from tierload.wire.messages import Endpoint, SeededStreamPlan, StreamPlan
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +220,9 @@ class TieredDataset(IterableDataset):
         self._manifest: Manifest | None = None
         self._ranks_agreed = False  # every rank of the process group holds self._manifest
         self._manifest_path: Path | None = None
+        # The node cache mapped this dataset's manifest file at registration: it derives the
+        # streams' plans from seeds (SeededStreamPlan) instead of receiving them.
+        self._cache_maps_manifest = False
         self._endpoint: Endpoint | None = None
         self._link: NodeLink | None = None
         self._decoder: BlockDecoder | None = None
@@ -308,7 +311,7 @@ class TieredDataset(IterableDataset):
         if self._sources is not None:
             self._sources.register(client, self._manifest)
             return
-        register_dataset(client, self._manifest, self._manifest_path, self._cold)
+        self._cache_maps_manifest = register_dataset(client, self._manifest, self._manifest_path, self._cold)
 
     def __getstate__(self):
         if self._endpoint is not None and get_worker_info() is None:
@@ -443,6 +446,28 @@ class TieredDataset(IterableDataset):
             self.start()
         return self._iterate()
 
+    def _stream_plan(self, epoch: int, rest: np.ndarray, start_sample: int, start: int, rank: int,
+                     world: int) -> StreamPlan | SeededStreamPlan:
+        """What creates this rank's stream on the node cache: the seeds of its plan when the cache
+        can derive it (one dataset in tierload's own order, its manifest file mapped by the cache,
+        no elastic resume in this epoch), else the plan itself (:meth:`_plan`).
+
+        Args:
+            rest: int (samples,): the rank's order from ``start_sample`` on.
+            start_sample: Where ``rest`` begins in the rank's order.
+            start: The first position of ``rest`` still to be consumed.
+        """
+        if (self._cache_maps_manifest and self._sampler_orders is None and self._sources is None
+                and not self._chain(epoch)):
+            return SeededStreamPlan(dataset_id=self.manifest.dataset_id, epoch=epoch, seed=self.seed,
+                                    shuffle=self._shuffle_mode(), window_blocks=self.window_blocks,
+                                    drop_last=self.drop_last, rank=rank, world=world, start_sample=start_sample,
+                                    start=start, lineage=self._lineage(rank, world), identity=identity_of(self._cold))
+        return self._plan(epoch, rest, start, rank, world)
+
+    def _lineage(self, rank: int, world: int) -> str:
+        return f"{self.manifest.dataset_id}/s{self.seed}/r{rank}of{world}"
+
     def _plan(self, epoch: int, rest: np.ndarray, start: int, rank: int, world: int) -> StreamPlan:
         """The block sequence the node cache prefetches for this rank's iteration (plus a look-ahead
         into the next epoch, which only informs eviction)."""
@@ -454,11 +479,11 @@ class TieredDataset(IterableDataset):
         del upcoming
         return StreamPlan(dataset_id=manifest.dataset_id, epoch=epoch, consume_len=len(rest), seq=seq,
                           reuse_gap=self._reuse_gap(), start=start,
-                          lineage=f"{manifest.dataset_id}/s{self.seed}/r{rank}of{world}",
+                          lineage=self._lineage(rank, world),
                           identity=identity_of(self._cold))
 
     def _open_stream(self, link: NodeLink, stream_id: str, worker: int, workers: int,
-                     plan: Callable[[], StreamPlan]) -> None:
+                     plan: Callable[[], StreamPlan | SeededStreamPlan]) -> None:
         """Join this iteration's stream on the node cache (see :func:`tierload.loader.dataset_link.join_stream`)."""
         join_stream(link, stream_id, worker, workers, plan, self._register)
         if self._warm_stream is not None:  # the epoch's own stream holds the warmed blocks now
@@ -492,7 +517,8 @@ class TieredDataset(IterableDataset):
             manifest=manifest, link=link, decoder=self._decoder, output=self._output, transform=self.transform,
             keep_decoded=keep * (mixture.num_sources if mixture is not None else 1),
             report_every=max(1, min(32, self.config.prefetch.depth_blocks // 4)), resume=self._resume,
-            plan=lambda rest, start: self._plan(epoch, rest, start, rank, world), open_stream=self._open_stream,
+            plan=lambda rest, start_sample, start: self._stream_plan(epoch, rest, start_sample, start, rank, world),
+            open_stream=self._open_stream,
             direct_source=self._direct_source, consumer_stats=self.consumer_stats,
             source_of_block=mixture.source_of_block() if mixture is not None else None)
 

@@ -15,13 +15,16 @@ from tierload.data.manifest import Manifest
 from tierload.errors import ChannelLostError, ServiceError, StreamNotOpenError
 from tierload.loader.consumer import NodeLink
 from tierload.stores.cold.location import ColdLocation
-from tierload.wire.messages import BlockTable, DatasetRegistration, StreamPlan
+from tierload.wire.messages import BlockTable, DatasetRegistration, SeededStreamPlan, StreamPlan
+
+# Makes what creates a stream: its plan, or the seeds the node cache derives the plan from.
+PlanMaker = Callable[[], "StreamPlan | SeededStreamPlan"]
 
 # Seconds a join waits for a node cache that went away (restarting, or created again by the keeper).
 REJOIN_WAIT_S = 30.0
 
 
-def register_dataset(link: NodeLink, manifest: Manifest, manifest_path: Path | None, cold: ColdLocation) -> None:
+def register_dataset(link: NodeLink, manifest: Manifest, manifest_path: Path | None, cold: ColdLocation) -> bool:
     """Make the dataset known to the node cache behind ``link``, and this job admitted to it.
 
     Sent even when the cache knows the dataset (another job registered it): the cache checks this
@@ -34,17 +37,22 @@ def register_dataset(link: NodeLink, manifest: Manifest, manifest_path: Path | N
         manifest_path: Its cached file on this node (the cache maps it), or None.
         cold: The dataset's cold location, with this job's credentials.
 
+    Returns:
+        True if the cache mapped the manifest file (it can derive the streams' plans from
+        seeds, :class:`~tierload.wire.messages.SeededStreamPlan`); False if the blocks were sent.
+
     Raises:
         AccessDeniedError: The cold tier refused this job's credentials on the dataset.
     """
     by_file = DatasetRegistration(manifest.dataset_id, cold, BlockTable.of([]), manifest_path=str(manifest_path))
     if manifest_path is not None and link.call(lambda cache: cache.register_dataset(by_file)):
-        return  # the cache mapped the same manifest file
+        return True  # the cache mapped the same manifest file
     by_blocks = DatasetRegistration(manifest.dataset_id, cold, BlockTable.of(manifest.blocks))
     link.call(lambda cache: cache.register_dataset(by_blocks))
+    return False
 
 
-def join_stream(link: NodeLink, stream_id: str, worker: int, workers: int, plan: Callable[[], StreamPlan],
+def join_stream(link: NodeLink, stream_id: str, worker: int, workers: int, plan: PlanMaker,
                 register: Callable[[NodeLink], None]) -> None:
     """Join this iteration's stream on the node cache, creating it (and registering the dataset,
     after a cache restart) when needed.
@@ -68,7 +76,7 @@ def join_stream(link: NodeLink, stream_id: str, worker: int, workers: int, plan:
         _join_once(link, stream_id, worker, workers, plan, register)
 
 
-def _join_once(link: NodeLink, stream_id: str, worker: int, workers: int, plan: Callable[[], StreamPlan],
+def _join_once(link: NodeLink, stream_id: str, worker: int, workers: int, plan: PlanMaker,
                register: Callable[[NodeLink], None]) -> None:
     if link.call(lambda cache: cache.open_stream(stream_id, worker, workers, identity=link.identity),
                  wait_s=REJOIN_WAIT_S):

@@ -19,7 +19,7 @@ import numpy as np
 
 from tierload.data.block_columns import block_key_at
 from tierload.data.layouts.registry import layout_spec
-from tierload.data.order import worker_positions
+from tierload.data.order import WorkerPositions
 from tierload.errors import ChannelLostError
 from tierload.loader.consumer import BlockReader, NodeLink
 from tierload.loader.resume import Progress, ResumeTracker
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tierload.data.manifest import Manifest
     from tierload.loader.consumer import DirectSource
     from tierload.loader.gpu import DeviceOutput
-    from tierload.wire.messages import StreamPlan
+    from tierload.wire.messages import SeededStreamPlan, StreamPlan
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,9 @@ class EpochContext:
         keep_decoded: Decoded blocks kept at once (the shuffle window's reach).
         report_every: Samples between two progress reports to the node cache.
         resume: The dataset's resume tracker (the pending resume point, this pass's progress).
-        plan: ``plan(rest, start)``: the stream's plan for the remaining order from ``start``.
+        plan: ``plan(rest, start_sample, start)``: what creates the stream for ``rest``, the rank's
+            order from ``start_sample`` on, consumed from position ``start`` (a :class:`StreamPlan`,
+            or its seeds for the node cache to derive it).
         open_stream: ``open_stream(link, stream_id, worker, workers, plan)`` joins the epoch's stream.
         direct_source: Builds the reader used while the node cache is unreachable.
         consumer_stats: The dataset's consumer counters; this pass's are added at its end.
@@ -74,8 +76,8 @@ class EpochContext:
     keep_decoded: int
     report_every: int
     resume: ResumeTracker
-    plan: Callable[[np.ndarray, int], StreamPlan]
-    open_stream: Callable[[NodeLink, str, int, int, Callable[[], StreamPlan]], None]
+    plan: Callable[[np.ndarray, int, int], StreamPlan | SeededStreamPlan]
+    open_stream: Callable[[NodeLink, str, int, int, Callable[[], StreamPlan | SeededStreamPlan]], None]
     direct_source: Callable[[], DirectSource]
     consumer_stats: Counter
     source_of_block: np.ndarray | None = None
@@ -106,15 +108,15 @@ class EpochReader:
         self.start = self.point.start if self.point is not None else 0
         self.rest = self.mine[self.start:]
         self.chunk = context.batch_size or 1
-        self.positions = worker_positions(len(self.rest), worker_id=self.worker, num_workers=self.workers,
+        self.positions = WorkerPositions(len(self.rest), worker_id=self.worker, num_workers=self.workers,
                                           chunk=self.chunk)
         self.skip = self.point.skip if self.point is not None else 0
         self.stream_id = f"{context.stream_prefix}.{key:x}"
 
     # ------------------------------------------------------------ the stream
-    def _plan(self) -> StreamPlan:
+    def _plan(self) -> StreamPlan | SeededStreamPlan:
         start = self.point.lower_bound if self.point is not None else 0
-        return self.context.plan(self.rest, start)
+        return self.context.plan(self.rest, self.start, start)
 
     def _open(self, link: NodeLink) -> None:
         self.context.open_stream(link, self.stream_id, self.worker, self.workers, self._plan)

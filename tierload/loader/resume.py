@@ -12,9 +12,8 @@ import logging
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-import numpy as np
 import torch
 import xxhash
 
@@ -34,7 +33,7 @@ class Progress:
     pid: int
     epoch: int
     start: int
-    positions: np.ndarray
+    positions: Sequence[int]
     chunk: int
     worker: int
     num_workers: int

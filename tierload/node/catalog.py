@@ -23,6 +23,8 @@ class _Dataset:
     sources: dict[str, ColdSource] = field(default_factory=dict)
     # identity -> {dataset id: identity}: whose credentials read each part of a mixture (see readers_of)
     readers: dict[str, dict[str, str]] = field(default_factory=dict)
+    # the block of each sample, from the manifest file this cache mapped (None: the blocks were sent)
+    sample_block: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.sizes = np.array(block_lengths(self.blocks), dtype=np.int64)  # a copy: the mapping may close
@@ -83,6 +85,15 @@ class BlockCatalog:
         """A registered dataset's first block (what a job's access check reads), or None when it has none."""
         blocks = self._datasets[dataset_id].blocks
         return blocks[0] if blocks else None
+
+    def keep_sample_blocks(self, dataset_id: str, sample_block: np.ndarray) -> None:
+        """Keep a registered dataset's ``sample_block`` (int (num_samples,), the mapped manifest's
+        column), so that its streams may be opened from seeds (:class:`~tierload.wire.messages.SeededStreamPlan`)."""
+        self._datasets[dataset_id].sample_block = sample_block
+
+    def sample_blocks(self, dataset_id: str) -> np.ndarray | None:
+        """A registered dataset's kept ``sample_block``, or None (its blocks were sent, not mapped)."""
+        return self._datasets[dataset_id].sample_block
 
     def num_blocks(self, dataset_id: str) -> int:
         """Blocks of a registered dataset."""

@@ -25,6 +25,7 @@ from tierload.wire.messages import (
     LoopReport,
     MemberFrame,
     SampleRead,
+    SeededStreamPlan,
     StreamPlan,
     SyncAnswer,
     SyncReport,
@@ -104,7 +105,7 @@ class NodeCacheAPI(Protocol):
         ...
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
-                    plan: StreamPlan | None = None, identity: str = "") -> bool:
+                    plan: StreamPlan | SeededStreamPlan | None = None, identity: str = "") -> bool:
         """Join (or create, with ``plan``) the stream of a rank's epoch; False: call again with the plan.
         A join presents the job's ``identity`` (a plan carries its own): another job's stream is refused."""
         ...

@@ -8,6 +8,7 @@ tierload releases that disagree fail with a :class:`~tierload.errors.MessageErro
 both versions instead of a ``KeyError`` deep inside a thread.
 
     StreamPlan           consumer -> node cache   a rank's block sequence for one epoch
+    SeededStreamPlan     consumer -> node cache   the same, as the seeds the cache derives it from
     DatasetRegistration  consumer -> node cache   a dataset's cold location, this job's; its manifest file or BlockTable
     SyncReport           node cache -> coordinator  what the node learned since its last sync
     SyncAnswer           coordinator -> node cache  warm admissions and holder-map changes
@@ -97,6 +98,74 @@ class StreamPlan(Message):
         object.__setattr__(self, "seq", np.ascontiguousarray(self.seq, dtype=np.int32))
         if not 0 <= self.consume_len <= len(self.seq):
             raise MessageError(f"StreamPlan.consume_len={self.consume_len} outside 0..{len(self.seq)} (len(seq))")
+
+
+@dataclass(frozen=True)
+class SeededStreamPlan(Message):
+    """A rank's epoch as the few numbers its :class:`StreamPlan` derives from: the node cache,
+    which maps the same manifest file, computes the block sequence itself.
+
+    At a million samples the sequence (with the next epoch's look-ahead) is 8 MB, built from two
+    epoch orders and sent pickled: ~25 MB at the training process's (and each DataLoader
+    worker's) peak, and the CPU of a second permutation per epoch. Sent only for one dataset
+    shuffled by tierload (no sampler, no mixture, not a resumed epoch's rest after a change of
+    world size), registered by its manifest file.
+
+    Attributes:
+        dataset_id: The registered dataset.
+        epoch: The epoch (its order, and the next one's for the look-ahead).
+        seed, shuffle, window_blocks, drop_last: The dataset's order settings (``shuffle``
+            resolved: ``"none"``, ``"sample"`` or ``"block"``; see :func:`tierload.data.order.epoch_order`).
+        rank, world: This rank and the world size (:func:`tierload.data.order.rank_slice`).
+        start_sample: Where this iteration begins in the rank's order (a resumed iteration's
+            ``start``): the plan covers ``order[start_sample:]``.
+        start, lineage, identity: As :class:`StreamPlan`'s.
+        version: Shape of this message.
+    """
+
+    dataset_id: str
+    epoch: int
+    seed: int
+    shuffle: str
+    window_blocks: int
+    drop_last: bool
+    rank: int
+    world: int
+    start_sample: int = 0
+    start: int = 0
+    lineage: str = ""
+    identity: str = ""
+    version: int = 1
+
+    def expanded(self, sample_block: np.ndarray) -> StreamPlan:
+        """The :class:`StreamPlan` this stands for, over the dataset's ``sample_block`` (int
+        (num_samples,): block of each sample; the manifest's column). The same computation as
+        :meth:`tierload.loader.dataset.TieredDataset.rank_order` and its plan.
+
+        Raises:
+            MessageError: ``start_sample`` is outside the rank's order, or the settings are
+                not an order this release computes (an unknown shuffle, a bad rank).
+        """
+        from tierload.data.order import block_sequence, compact_index_dtype, epoch_order, rank_slice, reuse_gap
+
+        def rank_order(epoch: int) -> np.ndarray:
+            order = epoch_order(sample_block, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+                                window_blocks=self.window_blocks, dtype=compact_index_dtype(len(sample_block)))
+            return rank_slice(order, rank=self.rank, world_size=self.world, drop_last=self.drop_last)
+
+        try:
+            mine = rank_order(self.epoch)
+            if not 0 <= self.start_sample <= len(mine):
+                raise MessageError(f"SeededStreamPlan.start_sample={self.start_sample} outside 0..{len(mine)} "
+                                   "(the rank's samples this epoch)")
+            rest = mine[self.start_sample:]
+            del mine
+            seq = block_sequence(sample_block, rest, rank_order(self.epoch + 1))
+        except ValueError as exc:
+            raise MessageError(f"SeededStreamPlan of dataset {self.dataset_id}: {exc}") from None
+        return StreamPlan(dataset_id=self.dataset_id, epoch=self.epoch, seq=seq, consume_len=len(rest),
+                          reuse_gap=reuse_gap(sample_block, self.window_blocks), start=self.start,
+                          lineage=self.lineage, identity=self.identity)
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,6 +12,7 @@ from tierload.wire.messages import (
     LoopReport,
     MemberFrame,
     SampleRead,
+    SeededStreamPlan,
     StreamPlan,
     WireBlock,
 )
@@ -50,7 +51,7 @@ class NodeCacheClient(NodeCacheAPI):
         return self.channel.call(NodeCacheAPI.register_dataset, registration)
 
     def open_stream(self, stream_id: str, consumer: int, num_consumers: int,
-                    plan: StreamPlan | None = None, identity: str = "") -> bool:
+                    plan: StreamPlan | SeededStreamPlan | None = None, identity: str = "") -> bool:
         return self.channel.call(NodeCacheAPI.open_stream, stream_id, consumer, num_consumers, plan, identity)
 
     def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:

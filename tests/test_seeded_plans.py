@@ -1,0 +1,123 @@
+"""A stream's plan derived by the node cache from seeds (``SeededStreamPlan``): the plan the
+training process would have sent, every sample once through it, and the plan itself sent to a
+cache that cannot derive it (moto S3 over HTTP, the session's Ray, an in-process node cache)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+from helpers import index_of, put_indexed_objects
+from torch.utils.data import DataLoader
+
+from tierload.config.loading import load_config
+from tierload.data.blocks import Block
+from tierload.errors import MessageError, ServiceError
+from tierload.node.node_cache import NodeCache
+from tierload.stores.cold.identity import identity_of
+from tierload.stores.cold.location import ColdLocation
+from tierload.wire.messages import BlockTable, DatasetRegistration, SeededStreamPlan, StreamPlan
+from tierload.wire.node_client import NodeCacheClient
+
+# Packs of a few objects each, so that block-aware shuffle has blocks of several samples.
+PACKED = {"pack_target_bytes": 2000, "pack_threshold_bytes": 1000}
+
+
+def _raw(batch):
+    return list(batch)
+
+
+def test_the_cache_derives_the_plan_the_training_process_would_send(bucket, module_tier_config, module_dataset):
+    name, fs = bucket
+    put_indexed_objects(fs, f"{name}/ds", 90, size=300, classes=3)
+    config = module_tier_config(manifest=PACKED)
+    url = f"s3://{name}/ds"
+    for shuffle in ("sample", "block", "none"):
+        for world, rank, drop_last in ((1, 0, False), (4, 0, True), (4, 3, False)):
+            dataset = module_dataset(url, config, rank=rank, world_size=world, shuffle=shuffle, drop_last=drop_last,
+                                     layout="files", window_blocks=3)
+            manifest = dataset.manifest
+            assert 1 < manifest.num_packs < manifest.num_samples  # several samples per block
+            for epoch, start_sample, start in ((0, 0, 0), (2, 5, 3)):
+                rest = dataset.rank_order(epoch)[start_sample:]
+                sent = dataset._stream_plan(epoch, rest, start_sample, start, rank, world)
+                assert isinstance(sent, SeededStreamPlan), (shuffle, world, rank)  # the cache maps the manifest
+                derived = sent.expanded(manifest.sample_block)
+                explicit = dataset._plan(epoch, rest, start, rank, world)
+                assert derived.seq.tolist() == explicit.seq.tolist(), (shuffle, world, rank, epoch)
+                assert (derived.consume_len, derived.reuse_gap, derived.start, derived.lineage, derived.identity,
+                        derived.epoch, derived.dataset_id) == (
+                    explicit.consume_len, explicit.reuse_gap, explicit.start, explicit.lineage, explicit.identity,
+                    explicit.epoch, explicit.dataset_id)
+                assert derived.consume_len == len(rest) and len(derived.seq) > len(rest)  # the look-ahead
+
+
+def test_every_sample_once_with_its_bytes_through_streams_the_cache_planned(bucket, module_tier_config,
+                                                                            module_dataset):
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/ds", 61, size=300, classes=2)
+    config = module_tier_config(manifest=PACKED)
+    for epoch in range(2):
+        seen: Counter[int] = Counter()
+        for rank in range(2):
+            dataset = module_dataset(f"s3://{name}/ds", config, rank=rank, world_size=2, batch_size=4,
+                                     layout="files", shuffle="block")
+            dataset.set_epoch(epoch)
+            assert dataset._cache_maps_manifest  # the seeded plan is what opens these streams
+            for batch in DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=_raw):
+                for sample, label in batch:
+                    index = index_of(sample)
+                    assert bytes(sample) == payloads[index] and label == index % 2
+                    seen[index] += 1
+        assert set(seen) == set(range(61)) and sum(seen.values()) == 62  # one padded sample, drop_last=False
+
+
+@pytest.fixture
+def node_cache(tmp_path):
+    cache = NodeCache(load_config({"hot": {"dir": str(tmp_path / "hot")}, "warm": {"url": None}}),
+                      node_id="n1").start()
+    yield cache
+    cache.close()
+
+
+def test_a_cache_that_was_sent_the_blocks_asks_for_the_plan_itself(node_cache, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    blocks = []
+    for index in range(6):
+        path = data / f"{index}.bin"
+        path.write_bytes(os.urandom(50 + index))
+        blocks.append(Block.of(f"file://{path}", "", 0, 50 + index))
+    endpoint = node_cache.endpoint()
+    client = NodeCacheClient(endpoint.address, endpoint.authkey)
+    local = ColdLocation(f"file://{data}")
+    seeded = SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="sample", window_blocks=1, drop_last=False,
+                              rank=0, world=1, identity=identity_of(local))
+    with pytest.raises(ServiceError, match="dataset d is not registered with this node cache by its manifest file"):
+        client.open_stream("unknown", 0, 1, seeded)
+    assert client.register_dataset(DatasetRegistration("d", local, BlockTable.of(blocks))) is True
+    with pytest.raises(ServiceError, match="by its manifest file; register it, or send the StreamPlan itself"):
+        client.open_stream("s", 0, 1, seeded)
+    assert client.stream_stats("d") == []  # nothing opened
+    plan = StreamPlan(dataset_id="d", epoch=0, seq=np.arange(6), consume_len=6, identity=identity_of(local))
+    assert client.open_stream("s", 0, 1, plan) is True  # the plan itself opens it
+
+
+def test_a_seeded_plan_outside_the_ranks_order_is_refused_naming_the_value():
+    sample_block = np.repeat(np.arange(10, dtype=np.int32), 3)  # 30 samples in 10 blocks
+    seeded = SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="block", window_blocks=2, drop_last=False,
+                              rank=1, world=3, start_sample=11)
+    with pytest.raises(MessageError, match=r"start_sample=11 outside 0\.\.10"):
+        seeded.expanded(sample_block)
+    with pytest.raises(MessageError, match="shuffl"):
+        SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="sideways", window_blocks=2, drop_last=False,
+                         rank=0, world=1).expanded(sample_block)
+    with pytest.raises(MessageError, match="rank=3, world_size=3"):
+        SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="none", window_blocks=2, drop_last=False,
+                         rank=3, world=3).expanded(sample_block)
+    whole = SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="none", window_blocks=2, drop_last=False,
+                             rank=1, world=3, start_sample=10).expanded(sample_block)
+    # nothing left of this epoch; the look-ahead is the next epoch's samples 10..19 (blocks 3..6)
+    assert whole.consume_len == 0 and whole.seq.tolist() == [3, 3, 4, 4, 4, 5, 5, 5, 6, 6]
