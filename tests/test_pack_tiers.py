@@ -103,7 +103,7 @@ def test_a_dataset_hands_its_node_cache_the_manifest_file_it_mapped(bucket, tier
     maps; the blocks travel over the socket only when it cannot. The hot tier here is small, so
     the pack target is lowered (``tierload.data.packs.manifest_settings``): the path must still be the
     file of the manifest the dataset uses."""
-    from tierload.node.node_cache import _mapped_blocks
+    from tierload.node.node_cache import _mapped_manifest
     from tierload.wire.messages import BlockTable, DatasetRegistration
 
     name, fs = bucket
@@ -112,7 +112,7 @@ def test_a_dataset_hands_its_node_cache_the_manifest_file_it_mapped(bucket, tier
     dataset = make_dataset(f"s3://{name}/ds", config, layout="files")
     manifest, path = dataset.manifest, dataset._manifest_path
     assert manifest.num_packs >= 4 and max(b.length for b in manifest.blocks) <= 64 * 1024 // 16
-    assert _mapped_blocks(str(path), manifest.dataset_id) == manifest.blocks
+    assert _mapped_manifest(str(path), manifest.dataset_id).blocks == manifest.blocks
     by_reference = DatasetRegistration(manifest.dataset_id, dataset._cold, BlockTable.of([]), manifest_path=str(path))
     assert dataset._link.call(lambda cache: cache.register_dataset(by_reference)) is True  # the node cache maps it
     elsewhere = DatasetRegistration(manifest.dataset_id, dataset._cold, BlockTable.of([]),

@@ -192,16 +192,18 @@ def test_the_cached_manifest_is_an_arrow_file_mapped_in_place(tmp_path):
 def test_a_node_cache_maps_the_manifest_file_named_in_a_registration(tmp_path):
     from tierload.data.layouts.objects import plan_objects
     from tierload.data.manifest import Manifest, save_manifest
-    from tierload.node.node_cache import _mapped_blocks
+    from tierload.node.node_cache import _mapped_manifest
 
     objects = [ObjectInfo(f"s3://b/d/o{i:04d}", 100, f'"e{i}"') for i in range(500)]
     plan = plan_objects("s3://b/d", objects, extensions=None, skip_empty=False, pack_threshold_bytes=1000,
                         pack_target_bytes=10_000)
     manifest = Manifest("s3://b/d", "files", plan.blocks, plan.sample_block, plan.sample_index, plan.labels)
     save_manifest(manifest, tmp_path / "m.arrow")
-    assert _mapped_blocks(str(tmp_path / "m.arrow"), manifest.dataset_id) == manifest.blocks
-    assert _mapped_blocks(str(tmp_path / "m.arrow"), "another-dataset") is None  # the blocks are sent instead
-    assert _mapped_blocks(str(tmp_path / "missing.arrow"), manifest.dataset_id) is None
+    mapped = _mapped_manifest(str(tmp_path / "m.arrow"), manifest.dataset_id)
+    assert mapped is not None and mapped.blocks == manifest.blocks
+    assert mapped.sample_block.tolist() == manifest.sample_block.tolist()  # what seeded plans are derived over
+    assert _mapped_manifest(str(tmp_path / "m.arrow"), "another-dataset") is None  # the blocks are sent instead
+    assert _mapped_manifest(str(tmp_path / "missing.arrow"), manifest.dataset_id) is None
 
 
 def test_packs_are_never_larger_than_a_sixteenth_of_the_hot_tier():

@@ -120,8 +120,8 @@ class EpochReader:
 
     def _open(self, link: NodeLink) -> None:
         self.context.open_stream(link, self.stream_id, self.worker, self.workers, self._plan)
-        # The plan (the next epoch's order, the block sequence, its pickled message: ~40 MB at a
-        # million samples) is garbage now; the C heap would keep its pages for the whole epoch.
+        # A plan sent itself (the next epoch's order, the block sequence, its pickled message: ~40 MB
+        # at a million samples) is garbage now; the C heap would keep its pages for the whole epoch.
         release_freed_memory()
 
     def _warn_about_batches(self) -> None:
