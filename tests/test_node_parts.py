@@ -119,8 +119,11 @@ def test_catalog_registers_blocks_and_answers_owners_and_sizes(make_parts, tmp_p
     assert catalog.num_blocks("a") == 4 and catalog.num_blocks("b") == 3
     assert catalog.block_sizes("a").tolist() == [BLOCK_BYTES] * 4
     assert catalog.block_sizes("a").dtype == np.int64
-    assert catalog.key_owners[blocks[1].key] == [("a", 1), ("b", 1)]
-    assert catalog.key_owners[blocks[3].key] == [("a", 3)]
+    assert catalog.owners(blocks[1].key) == [("a", 1), ("b", 1)]
+    assert catalog.owners(blocks[3].key) == [("a", 3)] and catalog.owners("no-such-key") == []
+    rows = catalog.locate([blocks[3].key, "no-such-key", blocks[1].key])  # the oracle's batch lookup
+    assert {name: (r.tolist(), i.tolist()) for name, (r, i) in rows.items()} == {"a": ([0, 2], [3, 1]),
+                                                                                 "b": ([2], [1])}
     assert catalog.block_at("b", 2) == blocks[2] and catalog.block(blocks[2].key) == blocks[2]
     assert catalog.block("no-such-key") is None
     assert catalog.source_of(blocks[1].key) is catalog.source_of(blocks[3].key)  # the first registrant's: a's

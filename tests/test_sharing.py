@@ -30,11 +30,21 @@ def _stream(name: str, num_blocks: int, seed: int) -> Stream:
     return Stream(name, name, 0, seq, len(seq), 1, num_blocks)
 
 
+def _locate(keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``{job: (rows, block indexes)}`` of keys named ``<job>-<block index>``, as the catalog's ``locate``."""
+    found: dict[str, tuple[list[int], list[int]]] = {}
+    for row, key in enumerate(keys):
+        name, index = key.rsplit("-", 1)
+        rows, indexes = found.setdefault(name, ([], []))
+        rows.append(row)
+        indexes.append(int(index))
+    return {name: (np.array(rows, np.int64), np.array(indexes, np.int64)) for name, (rows, indexes) in found.items()}
+
+
 def _hit_ratios(jobs: dict[str, tuple[int, int]], shares: bool, policy: str = "clairvoyant") -> dict[str, float]:
     """Replay ``{job: (blocks, accesses per round)}``; each job's hot hit ratio after its first epoch."""
     streams = {name: _stream(name, blocks, seed) for seed, (name, (blocks, _)) in enumerate(jobs.items())}
-    key_owners = {f"{name}-{i}": [(name, i)] for name, (blocks, _) in jobs.items() for i in range(blocks)}
-    oracle = PlanOracle(key_owners, {name: [stream] for name, stream in streams.items()},
+    oracle = PlanOracle(_locate, {name: [stream] for name, stream in streams.items()},
                         lambda name: np.ones(jobs[name][0], dtype=np.int64), CAPACITY if shares else 0)
     counter = DecayingCounter(4.0)
     index = TierIndex("hot", CAPACITY, make_policy(policy, counter=counter, oracle=oracle), AccessCounts(counter))

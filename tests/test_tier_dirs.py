@@ -42,7 +42,7 @@ def make_hot_tier(tmp_path: Path, hot: dict) -> tuple[HotTier, AccessCounts]:
     config = load_config({"hot": {"dir": str(tmp_path / "hot"), "write_retry_s": 0.3, **hot},
                           "warm": {"url": None}, "policy": {"hot": {"eviction": "lru", "admit_min_count": 0}}})
     accesses = AccessCounts(DecayingCounter(4.0))
-    tier = HotTier(config, config.hot.dir, accesses, PinCounts(), PlanOracle({}, {}),
+    tier = HotTier(config, config.hot.dir, accesses, PinCounts(), PlanOracle(lambda keys: {}, {}),
                    threading.RLock(), lambda: 0.0)
     return tier, accesses
 

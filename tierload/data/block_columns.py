@@ -167,6 +167,17 @@ def block_keys(blocks: Sequence[Block]) -> list[str]:
     return [block.key for block in blocks]
 
 
+def iter_block_keys(blocks: Sequence[Block]) -> Iterator[str]:
+    """Every block's tier key, in order, a window at a time (no list of them all held)."""
+    if isinstance(blocks, BlockColumns):
+        keys = blocks.keys
+        for lo in range(0, len(keys), _ITER_WINDOW):
+            yield from keys.slice(lo, _ITER_WINDOW).to_pylist()
+        return
+    for block in blocks:
+        yield block.key
+
+
 def pack_count(blocks: Sequence[Block]) -> int:
     """How many of ``blocks`` are packs."""
     if isinstance(blocks, BlockColumns):

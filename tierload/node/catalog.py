@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -11,12 +10,13 @@ import numpy as np
 from tierload.data.block_columns import block_lengths
 from tierload.data.blocks import Block
 from tierload.data.cold_read import read_cold, read_cold_async
+from tierload.node.key_index import KeyIndex, key_hash
 from tierload.stores.cold.source import ColdSource
 
 
 @dataclass
 class _Dataset:
-    blocks: Sequence[Block]
+    keys: KeyIndex
     source: ColdSource
     sizes: np.ndarray = field(init=False)
     # identity -> the cold source with that job's credentials (tierload.stores.cold.identity)
@@ -26,34 +26,38 @@ class _Dataset:
     # the block of each sample, from the manifest file this cache mapped (None: the blocks were sent)
     sample_block: np.ndarray | None = None
 
+    @property
+    def blocks(self) -> Sequence[Block]:
+        return self.keys.blocks
+
     def __post_init__(self) -> None:
         self.sizes = np.array(block_lengths(self.blocks), dtype=np.int64)  # a copy: the mapping may close
 
 
 class BlockCatalog:
-    """Registered datasets, and every block by key (no lock; the node cache holds its own).
+    """Registered datasets, and their blocks by key (no lock; the node cache holds its own).
 
-    Attributes:
-        key_owners: ``{block key: [(dataset_id, block index), ...]}``, read live by the
-            clairvoyant policy's oracle.
+    A block is found by key through each dataset's :class:`~tierload.node.key_index.KeyIndex`
+    (16 bytes per block), never a dict of every block; a ``Block`` is made when one is asked for.
     """
 
     def __init__(self) -> None:
         self._datasets: dict[str, _Dataset] = {}
-        self._blocks: dict[str, Block] = {}
-        self.key_owners: dict[str, list[tuple[str, int]]] = defaultdict(list)
 
     def __contains__(self, dataset_id: str) -> bool:
         return dataset_id in self._datasets
 
-    def add(self, dataset_id: str, blocks: Sequence[Block], source: ColdSource) -> None:
-        """Register a dataset (a second registration of the same id changes nothing)."""
+    def add(self, dataset_id: str, blocks: Sequence[Block], source: ColdSource, keys: KeyIndex | None = None) -> None:
+        """Register a dataset (a second registration of the same id changes nothing).
+
+        Args:
+            keys: ``KeyIndex(blocks)``, when the caller built it before taking the node cache's
+                lock (0.5 s at a million blocks); else it is built here.
+        """
         if dataset_id in self._datasets:
             return
-        self._datasets[dataset_id] = _Dataset(blocks, source)
-        for index, block in enumerate(blocks):
-            self._blocks[block.key] = block
-            self.key_owners[block.key].append((dataset_id, index))
+        self._datasets[dataset_id] = _Dataset(keys if keys is not None and keys.blocks is blocks else KeyIndex(blocks),
+                                              source)
 
     def add_identity(self, dataset_id: str, identity: str, source: ColdSource,
                      parts: Mapping[str, str] | None = None) -> None:
@@ -109,13 +113,43 @@ class BlockCatalog:
 
     def block(self, key: str) -> Block | None:
         """The block with this key, or None if no registered dataset has it."""
-        return self._blocks.get(key)
+        for dataset in self._datasets.values():
+            index = dataset.keys.find(key)
+            if index is not None:
+                return dataset.blocks[index]
+        return None
+
+    def owners(self, key: str) -> list[tuple[str, int]]:
+        """``[(dataset_id, block index), ...]``: every registered block with this key, datasets in
+        registration order (two datasets over the same objects share keys)."""
+        return [(dataset_id, index) for dataset_id, dataset in self._datasets.items()
+                for index in dataset.keys.indexes(key)]
+
+    def locate(self, keys: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """``{dataset_id: (rows, block indexes)}``: which of ``keys`` (by row) each registered
+        dataset holds, as int64 arrays, matched by 64-bit hash alone (see
+        :meth:`KeyIndex.positions`): for the clairvoyant policy's distances over a hot tier's
+        residents, where a collision would change one eviction choice, never a block's bytes."""
+        hashes = np.fromiter((key_hash(key) for key in keys), np.uint64, len(keys))
+        found = {}
+        for dataset_id, dataset in self._datasets.items():
+            indexes = dataset.keys.positions(hashes)
+            rows = np.flatnonzero(indexes >= 0)
+            if len(rows):
+                found[dataset_id] = (rows, indexes[rows])
+        return found
 
     def source_of(self, key: str, readers: Mapping[str, str] | None = None) -> ColdSource:
         """The cold source ``key`` is read with: for a stream's ``readers`` (:meth:`readers_of`),
         the source its identity registered for the first dataset holding ``key`` that it names,
-        else the first registered dataset's."""
-        owners = self.key_owners[key]
+        else the first registered dataset's.
+
+        Raises:
+            KeyError: No registered dataset has ``key``.
+        """
+        owners = self.owners(key)
+        if not owners:
+            raise KeyError(key)
         if readers:
             for dataset_id, _ in owners:
                 identity = readers.get(dataset_id)
@@ -132,10 +166,16 @@ class BlockCatalog:
             SourceChangedError: The object, or a pack member, changed since the manifest was built.
             BackendError: The cold tier failed.
         """
-        return read_cold(self.source_of(key), self._blocks[key], tally)
+        return read_cold(self.source_of(key), self._require(key), tally)
 
     async def read_cold_async(self, key: str, tally: dict | None = None,
                               readers: Mapping[str, str] | None = None) -> bytes:
         """:meth:`read_cold`, awaitable on the node cache's fetch loop, with the credentials of
         ``readers`` where they registered the block's dataset (:meth:`source_of`)."""
-        return await read_cold_async(self.source_of(key, readers), self._blocks[key], tally)
+        return await read_cold_async(self.source_of(key, readers), self._require(key), tally)
+
+    def _require(self, key: str) -> Block:
+        block = self.block(key)
+        if block is None:
+            raise KeyError(key)
+        return block

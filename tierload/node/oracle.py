@@ -24,8 +24,7 @@ single job's decisions are unchanged.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -75,16 +74,17 @@ class PlanOracle:
     that dataset's streams answers for all of them with one numpy expression.
 
     Args:
-        key_owners: ``{block key: [(dataset_id, block index), ...]}`` (read live).
+        locate: ``locate(keys) -> {dataset_id: (rows, block indexes)}``: which of ``keys`` each
+            dataset holds (:meth:`tierload.node.catalog.BlockCatalog.locate`; read live).
         streams_by_dataset: ``{dataset_id: [Stream, ...]}`` (read live).
         block_sizes: ``block_sizes(dataset_id)``: int64 bytes of each of its blocks; None: no shares.
         capacity_bytes: The hot tier's capacity, divided equally among the streams.
     """
 
-    def __init__(self, key_owners: dict[Any, list[tuple[str, int]]],
+    def __init__(self, locate: Callable[[Sequence[Any]], Mapping[str, tuple[np.ndarray, np.ndarray]]],
                  streams_by_dataset: dict[str, list[Stream]],
                  block_sizes: Callable[[str], np.ndarray] | None = None, capacity_bytes: int = 0) -> None:
-        self.key_owners = key_owners
+        self.locate = locate
         self.streams_by_dataset = streams_by_dataset
         self.block_sizes = block_sizes
         self.capacity_bytes = capacity_bytes
@@ -112,18 +112,11 @@ class PlanOracle:
         :data:`UNPROTECTED_OFFSET` unless the key is in some stream's share."""
         out = np.full(len(keys), NEVER, dtype=np.int64)
         protected = np.zeros(len(keys), dtype=bool)
-        positions: dict[str, list[int]] = defaultdict(list)
-        indices: dict[str, list[int]] = defaultdict(list)
-        for i, key in enumerate(keys):
-            for dataset_id, block_index in self.key_owners.get(key, ()):
-                positions[dataset_id].append(i)
-                indices[dataset_id].append(block_index)
         share = self.share_bytes()
-        for dataset_id, where in positions.items():
+        for dataset_id, (rows, blocks) in self.locate(keys).items():
             streams = self.streams_by_dataset.get(dataset_id)
             if not streams:
                 continue
-            blocks = np.asarray(indices[dataset_id], dtype=np.int64)
             best = np.full(len(blocks), NEVER, dtype=np.int64)
             mine = np.zeros(len(blocks), dtype=bool)
             sizes = self.block_sizes(dataset_id) if share and self.block_sizes is not None else None
@@ -132,7 +125,6 @@ class PlanOracle:
                 best = np.minimum(best, np.where(nxt == NEVER, NEVER, nxt - stream.next_run))
                 if sizes is not None:
                     mine |= nxt < self._horizon_of(stream, sizes, share)
-            rows = np.asarray(where, dtype=np.int64)
             out[rows] = np.minimum(out[rows], best)
             protected[rows] |= mine
         if share:

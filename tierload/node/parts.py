@@ -103,7 +103,7 @@ def node_parts(config: TierloadConfig, node_id: str, hot_dir: str,
     accounting = NodeAccounting(config.policy.decay, cond, lambda: streams.epochs())
     sync = make_sync(accounting.now) if make_sync is not None else None
     hot = HotTier(config, hot_dir, accounting.accesses, pins,
-                  PlanOracle(catalog.key_owners, plans, catalog.block_sizes, config.hot.capacity_bytes), cond,
+                  PlanOracle(catalog.locate, plans, catalog.block_sizes, config.hot.capacity_bytes), cond,
                   accounting.now,
                   offer_warm=sync.offer_warm if sync is not None and warm else None,
                   in_warm=lambda key: sync is not None and key in sync.known_warm,
