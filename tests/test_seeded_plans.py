@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from tierload.config.loading import load_config
 from tierload.data.blocks import Block
+from tierload.data.manifest import Manifest, open_manifest, save_manifest
 from tierload.errors import MessageError, ServiceError
 from tierload.node.node_cache import NodeCache
 from tierload.stores.cold.identity import identity_of
@@ -93,9 +94,10 @@ def test_a_cache_that_was_sent_the_blocks_asks_for_the_plan_itself(node_cache, t
     endpoint = node_cache.endpoint()
     client = NodeCacheClient(endpoint.address, endpoint.authkey)
     local = ColdLocation(f"file://{data}")
-    seeded = SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="sample", window_blocks=1, drop_last=False,
-                              rank=0, world=1, identity=identity_of(local))
-    with pytest.raises(ServiceError, match="dataset d is not registered with this node cache by its manifest file"):
+    seeded = SeededStreamPlan(dataset_id="d", samples="0123", epoch=0, seed=1, shuffle="sample", window_blocks=1,
+                              drop_last=False, rank=0, world=1, identity=identity_of(local))
+    with pytest.raises(ServiceError, match=r"dataset d \(samples 0123\) is not registered with this node cache by its "
+                                           "manifest file"):
         client.open_stream("unknown", 0, 1, seeded)
     assert client.register_dataset(DatasetRegistration("d", local, BlockTable.of(blocks))) is True
     with pytest.raises(ServiceError, match="by its manifest file; register it, or send the StreamPlan itself"):
@@ -105,19 +107,53 @@ def test_a_cache_that_was_sent_the_blocks_asks_for_the_plan_itself(node_cache, t
     assert client.open_stream("s", 0, 1, plan) is True  # the plan itself opens it
 
 
+def _seeds(**changes) -> SeededStreamPlan:
+    settings = {"dataset_id": "d", "samples": "0123", "epoch": 0, "seed": 1, "shuffle": "none", "window_blocks": 2,
+                "drop_last": False, "rank": 0, "world": 1}
+    return SeededStreamPlan(**{**settings, **changes})
+
+
 def test_a_seeded_plan_outside_the_ranks_order_is_refused_naming_the_value():
     sample_block = np.repeat(np.arange(10, dtype=np.int32), 3)  # 30 samples in 10 blocks
-    seeded = SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="block", window_blocks=2, drop_last=False,
-                              rank=1, world=3, start_sample=11)
     with pytest.raises(MessageError, match=r"start_sample=11 outside 0\.\.10"):
-        seeded.expanded(sample_block)
+        _seeds(shuffle="block", rank=1, world=3, start_sample=11).expanded(sample_block)
     with pytest.raises(MessageError, match="shuffl"):
-        SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="sideways", window_blocks=2, drop_last=False,
-                         rank=0, world=1).expanded(sample_block)
+        _seeds(shuffle="sideways").expanded(sample_block)
     with pytest.raises(MessageError, match="rank=3, world_size=3"):
-        SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="none", window_blocks=2, drop_last=False,
-                         rank=3, world=3).expanded(sample_block)
-    whole = SeededStreamPlan(dataset_id="d", epoch=0, seed=1, shuffle="none", window_blocks=2, drop_last=False,
-                             rank=1, world=3, start_sample=10).expanded(sample_block)
+        _seeds(rank=3, world=3).expanded(sample_block)
+    whole = _seeds(rank=1, world=3, start_sample=10).expanded(sample_block)
     # nothing left of this epoch; the look-ahead is the next epoch's samples 10..19 (blocks 3..6)
     assert whole.consume_len == 0 and whole.seq.tolist() == [3, 3, 4, 4, 4, 5, 5, 5, 6, 6]
+
+
+def test_two_cuts_of_one_datasets_blocks_are_each_planned_over_their_own_samples(node_cache, tmp_path):
+    """Two jobs whose manifests share the blocks (one dataset id) but cut other samples from them
+    (token windows of two lengths, say): each job's seeds are expanded over its own sample column."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for index in range(5):
+        (data / f"{index}.bin").write_bytes(os.urandom(64))
+    blocks = [Block.of(f"file://{data}/{index}.bin", "", 0, 64) for index in range(5)]
+    cuts = {"short": np.repeat(np.arange(5, dtype=np.int32), 4), "long": np.repeat(np.arange(5, dtype=np.int32), 2)}
+    manifests = {}
+    for name, sample_block in cuts.items():
+        manifest = Manifest(f"file://{data}", "files", blocks, sample_block,
+                            np.tile(np.arange(len(sample_block) // 5, dtype=np.int32), 5),
+                            np.zeros(len(sample_block), np.int64))
+        save_manifest(manifest, tmp_path / f"{name}.arrow")
+        manifests[name] = open_manifest(tmp_path / f"{name}.arrow")
+    short, long = manifests["short"], manifests["long"]
+    assert short.dataset_id == long.dataset_id and short.samples_digest != long.samples_digest
+    endpoint = node_cache.endpoint()
+    client = NodeCacheClient(endpoint.address, endpoint.authkey)
+    local = ColdLocation(f"file://{data}")
+    for name, manifest in manifests.items():
+        registration = DatasetRegistration(manifest.dataset_id, local, BlockTable.of([]),
+                                           manifest_path=str(tmp_path / f"{name}.arrow"))
+        assert client.register_dataset(registration) is True
+        seeded = SeededStreamPlan(dataset_id=manifest.dataset_id, samples=manifest.samples_digest, epoch=0, seed=3,
+                                  shuffle="sample", window_blocks=1, drop_last=False, rank=0, world=1,
+                                  identity=identity_of(local))
+        assert client.open_stream(name, 0, 1, seeded) is True
+    opened = {stream.stream_id: stream.consume_len for stream in client.stream_stats(short.dataset_id)}
+    assert opened == {"short": 20, "long": 10}

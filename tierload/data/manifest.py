@@ -99,6 +99,19 @@ class Manifest:
         return self._dataset_id
 
     @property
+    def samples_digest(self) -> str:
+        """Identity of the sample -> block mapping: a hash of ``sample_block`` (its dtype and
+        values). Two manifests of one dataset id (the same blocks) may cut different samples from
+        them, e.g. token windows of two lengths; a node cache derives a stream's plan over the
+        column with the digest the job names (:class:`~tierload.wire.messages.SeededStreamPlan`)."""
+        if not hasattr(self, "_samples_digest"):
+            column = np.ascontiguousarray(self.sample_block)
+            digest = xxhash.xxh3_64(column.dtype.str.encode())
+            digest.update(column.data)  # the column's bytes in place, no copy
+            self._samples_digest = digest.hexdigest()
+        return self._samples_digest
+
+    @property
     def pack_index(self) -> MemberSpans:
         """Where each sample lies inside its block (layouts with one sample per object)."""
         if not hasattr(self, "_pack_index"):

@@ -459,7 +459,8 @@ class TieredDataset(IterableDataset):
         """
         if (self._cache_maps_manifest and self._sampler_orders is None and self._sources is None
                 and not self._chain(epoch)):
-            return SeededStreamPlan(dataset_id=self.manifest.dataset_id, epoch=epoch, seed=self.seed,
+            return SeededStreamPlan(dataset_id=self.manifest.dataset_id, samples=self.manifest.samples_digest,
+                                    epoch=epoch, seed=self.seed,
                                     shuffle=self._shuffle_mode(), window_blocks=self.window_blocks,
                                     drop_last=self.drop_last, rank=rank, world=world, start_sample=start_sample,
                                     start=start, lineage=self._lineage(rank, world), identity=identity_of(self._cold))

@@ -23,8 +23,9 @@ class _Dataset:
     sources: dict[str, ColdSource] = field(default_factory=dict)
     # identity -> {dataset id: identity}: whose credentials read each part of a mixture (see readers_of)
     readers: dict[str, dict[str, str]] = field(default_factory=dict)
-    # the block of each sample, from the manifest file this cache mapped (None: the blocks were sent)
-    sample_block: np.ndarray | None = None
+    # samples digest -> the block of each sample, from the manifest files this cache mapped
+    # (empty: the blocks were sent); one dataset's blocks may be cut into samples more than one way
+    sample_blocks: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def blocks(self) -> Sequence[Block]:
@@ -90,14 +91,16 @@ class BlockCatalog:
         blocks = self._datasets[dataset_id].blocks
         return blocks[0] if blocks else None
 
-    def keep_sample_blocks(self, dataset_id: str, sample_block: np.ndarray) -> None:
-        """Keep a registered dataset's ``sample_block`` (int (num_samples,), the mapped manifest's
-        column), so that its streams may be opened from seeds (:class:`~tierload.wire.messages.SeededStreamPlan`)."""
-        self._datasets[dataset_id].sample_block = sample_block
+    def keep_sample_blocks(self, dataset_id: str, digest: str, sample_block: np.ndarray) -> None:
+        """Keep a registered dataset's ``sample_block`` (int (num_samples,), a mapped manifest's
+        column) under its ``digest`` (:attr:`~tierload.data.manifest.Manifest.samples_digest`), so
+        that streams over it may be opened from seeds (:class:`~tierload.wire.messages.SeededStreamPlan`)."""
+        self._datasets[dataset_id].sample_blocks.setdefault(digest, sample_block)
 
-    def sample_blocks(self, dataset_id: str) -> np.ndarray | None:
-        """A registered dataset's kept ``sample_block``, or None (its blocks were sent, not mapped)."""
-        return self._datasets[dataset_id].sample_block
+    def sample_blocks(self, dataset_id: str, digest: str) -> np.ndarray | None:
+        """A registered dataset's kept ``sample_block`` with ``digest``, or None (no manifest file
+        with it was mapped here: the blocks were sent, or another job cut other samples)."""
+        return self._datasets[dataset_id].sample_blocks.get(digest)
 
     def num_blocks(self, dataset_id: str) -> int:
         """Blocks of a registered dataset."""

@@ -240,8 +240,8 @@ class NodeCache(NodeCacheServiceAPI):
         with self._cond:
             if not known:
                 self._catalog.add(dataset_id, blocks, source, keys)
-            if mapped is not None and self._catalog.sample_blocks(dataset_id) is None:
-                self._catalog.keep_sample_blocks(dataset_id, mapped.sample_block)
+            if mapped is not None:
+                self._catalog.keep_sample_blocks(dataset_id, mapped.samples_digest, mapped.sample_block)
             self._catalog.add_identity(dataset_id, identity, source, dict(registration.parts))
         return True
 
@@ -293,11 +293,11 @@ class NodeCache(NodeCacheServiceAPI):
         """The plan ``seeded`` stands for, computed over the dataset's mapped ``sample_block``
         (outside the lock: two epoch orders, ~0.1 s at a million samples)."""
         with self._cond:
-            sample_block = (self._catalog.sample_blocks(seeded.dataset_id) if seeded.dataset_id in self._catalog
-                            else None)
+            sample_block = (self._catalog.sample_blocks(seeded.dataset_id, seeded.samples)
+                            if seeded.dataset_id in self._catalog else None)
         if sample_block is None:
-            raise ServiceError(f"dataset {seeded.dataset_id} is not registered with this node cache by its "
-                               "manifest file; register it, or send the StreamPlan itself")
+            raise ServiceError(f"dataset {seeded.dataset_id} (samples {seeded.samples}) is not registered with this "
+                               "node cache by its manifest file; register it, or send the StreamPlan itself")
         return seeded.expanded(sample_block)
 
     def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:

@@ -116,6 +116,8 @@ class SeededStreamPlan(Message):
         epoch: The epoch (its order, and the next one's for the look-ahead).
         seed, shuffle, window_blocks, drop_last: The dataset's order settings (``shuffle``
             resolved: ``"none"``, ``"sample"`` or ``"block"``; see :func:`tierload.data.order.epoch_order`).
+        samples: The job's manifest's :attr:`~tierload.data.manifest.Manifest.samples_digest`:
+            the cache derives the plan over the sample -> block column with this digest.
         rank, world: This rank and the world size (:func:`tierload.data.order.rank_slice`).
         start_sample: Where this iteration begins in the rank's order (a resumed iteration's
             ``start``): the plan covers ``order[start_sample:]``.
@@ -124,6 +126,7 @@ class SeededStreamPlan(Message):
     """
 
     dataset_id: str
+    samples: str
     epoch: int
     seed: int
     shuffle: str
