@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence, TypeVar
 import numpy as np
 
 from tierload.data.blocks import Block
+from tierload.data.order import block_sequence, compact_index_dtype, epoch_order, rank_slice, reuse_gap
 from tierload.errors import MessageError
 
 if TYPE_CHECKING:  # annotations only: the S3 stack (aiohttp) and pyarrow (packs) stay unimported for who
@@ -106,8 +107,9 @@ class SeededStreamPlan(Message):
     which maps the same manifest file, computes the block sequence itself.
 
     At a million samples the sequence (with the next epoch's look-ahead) is 8 MB, built from two
-    epoch orders and sent pickled: ~25 MB at the training process's (and each DataLoader
-    worker's) peak, and the CPU of a second permutation per epoch. Sent only for one dataset
+    epoch orders and sent pickled: tens of MB at the peak of the training process and of each
+    DataLoader worker, and the CPU of a second permutation per epoch
+    (``benchmarks/results/2026-12-03-plan-in-cache``). Sent only for one dataset
     shuffled by tierload (no sampler, no mixture, not a resumed epoch's rest after a change of
     world size), registered by its manifest file.
 
@@ -149,8 +151,6 @@ class SeededStreamPlan(Message):
             MessageError: ``start_sample`` is outside the rank's order, or the settings are
                 not an order this release computes (an unknown shuffle, a bad rank).
         """
-        from tierload.data.order import block_sequence, compact_index_dtype, epoch_order, rank_slice, reuse_gap
-
         def rank_order(epoch: int) -> np.ndarray:
             order = epoch_order(sample_block, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
                                 window_blocks=self.window_blocks, dtype=compact_index_dtype(len(sample_block)))
@@ -162,7 +162,6 @@ class SeededStreamPlan(Message):
                 raise MessageError(f"SeededStreamPlan.start_sample={self.start_sample} outside 0..{len(mine)} "
                                    "(the rank's samples this epoch)")
             rest = mine[self.start_sample:]
-            del mine
             seq = block_sequence(sample_block, rest, rank_order(self.epoch + 1))
         except ValueError as exc:
             raise MessageError(f"SeededStreamPlan of dataset {self.dataset_id}: {exc}") from None
