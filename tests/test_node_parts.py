@@ -22,6 +22,7 @@ from tierload.data.blocks import Block
 from tierload.data.runs import NEVER
 from tierload.errors import StreamNotOpenError
 from tierload.frames.blockfile import HEADER_SIZE
+from tierload.node.key_index import KeyIndex
 from tierload.node.parts import NodeParts, node_parts
 from tierload.simulator.belady import min_hits
 from tierload.stores.cold.source import ColdSource
@@ -73,7 +74,7 @@ def _register(parts: NodeParts, folder, dataset_id: str = "ds") -> list[Block]:
     source = ColdSource(f"file://{folder}", parts.hot.config.cold)
     blocks = _blocks(source)
     with parts.cond:
-        parts.catalog.add(dataset_id, blocks, source)
+        parts.catalog.add(dataset_id, KeyIndex(blocks), source)
     return blocks
 
 
@@ -111,8 +112,8 @@ def test_catalog_registers_blocks_and_answers_owners_and_sizes(make_parts, tmp_p
     # A second dataset over the same files shares their keys; the last file is left out of it.
     source_b = ColdSource(f"file://{tmp_path / 'src'}", parts.hot.config.cold)
     with parts.cond:
-        parts.catalog.add("b", blocks[:3], source_b)
-        parts.catalog.add("a", blocks[:1], source_b)  # registered already: changes nothing
+        parts.catalog.add("b", KeyIndex(blocks[:3]), source_b)
+        parts.catalog.add("a", KeyIndex(blocks[:1]), source_b)  # registered already: changes nothing
     catalog = parts.catalog
 
     assert "a" in catalog and "b" in catalog and "c" not in catalog

@@ -13,6 +13,7 @@ from tierload.data.blocks import Block
 from tierload.data.packs import PackMembers
 from tierload.errors import ServiceError
 from tierload.frames.blockfile import HEADER_SIZE, decode_frame, decode_frame_file
+from tierload.node.key_index import KeyIndex
 from tierload.node.parts import NodeParts, node_parts
 from tierload.node.sample_reads import SampleReads
 from tierload.stores.cold.source import ColdSource
@@ -42,7 +43,7 @@ def node(tmp_path):
                                      [o.size for o in listed[:6]]))
     plain = Block.of(listed[6].url, listed[6].version, 0, listed[6].size)
     with parts.cond:
-        parts.catalog.add("ds", [pack, plain], source)
+        parts.catalog.add("ds", KeyIndex([pack, plain]), source)
     reads = SampleReads(config, parts.cond, parts.catalog, parts.hot, parts.fetcher, parts.pins, parts.accounting)
     yield parts, reads, pack, plain, data
     parts.fetcher.close()

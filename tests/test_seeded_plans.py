@@ -4,6 +4,7 @@ cache that cannot derive it (moto S3 over HTTP, the session's Ray, an in-process
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 
@@ -17,6 +18,7 @@ from tierload.data.blocks import Block
 from tierload.data.manifest import Manifest, open_manifest, save_manifest
 from tierload.errors import MessageError, ServiceError
 from tierload.node.node_cache import NodeCache
+from tierload.node.plan_expansion import expanded_plan
 from tierload.stores.cold.identity import identity_of
 from tierload.stores.cold.location import ColdLocation
 from tierload.wire.messages import BlockTable, DatasetRegistration, SeededStreamPlan, StreamPlan
@@ -45,7 +47,7 @@ def test_the_cache_derives_the_plan_the_training_process_would_send(bucket, modu
                 rest = dataset.rank_order(epoch)[start_sample:]
                 sent = dataset._stream_plan(epoch, rest, start_sample, start, rank, world)
                 assert isinstance(sent, SeededStreamPlan), (shuffle, world, rank)  # the cache maps the manifest
-                derived = sent.expanded(manifest.sample_block)
+                derived = expanded_plan(sent, manifest.sample_block)
                 explicit = dataset._plan(epoch, rest, start, rank, world)
                 assert derived.seq.tolist() == explicit.seq.tolist(), (shuffle, world, rank, epoch)
                 assert (derived.consume_len, derived.reuse_gap, derived.start, derived.lineage, derived.identity,
@@ -116,12 +118,12 @@ def _seeds(**changes) -> SeededStreamPlan:
 def test_a_seeded_plan_outside_the_ranks_order_is_refused_naming_the_value():
     sample_block = np.repeat(np.arange(10, dtype=np.int32), 3)  # 30 samples in 10 blocks
     with pytest.raises(MessageError, match=r"start_sample=11 outside 0\.\.10"):
-        _seeds(shuffle="block", rank=1, world=3, start_sample=11).expanded(sample_block)
+        expanded_plan(_seeds(shuffle="block", rank=1, world=3, start_sample=11), sample_block)
     with pytest.raises(MessageError, match="shuffl"):
-        _seeds(shuffle="sideways").expanded(sample_block)
+        expanded_plan(_seeds(shuffle="sideways"), sample_block)
     with pytest.raises(MessageError, match="rank=3, world_size=3"):
-        _seeds(rank=3, world=3).expanded(sample_block)
-    whole = _seeds(rank=1, world=3, start_sample=10).expanded(sample_block)
+        expanded_plan(_seeds(rank=3, world=3), sample_block)
+    whole = expanded_plan(_seeds(rank=1, world=3, start_sample=10), sample_block)
     # nothing left of this epoch; the look-ahead is the next epoch's samples 10..19 (blocks 3..6)
     assert whole.consume_len == 0 and whole.seq.tolist() == [3, 3, 4, 4, 4, 5, 5, 5, 6, 6]
 
@@ -155,5 +157,7 @@ def test_two_cuts_of_one_datasets_blocks_are_each_planned_over_their_own_samples
                                   shuffle="sample", window_blocks=1, drop_last=False, rank=0, world=1,
                                   identity=identity_of(local))
         assert client.open_stream(name, 0, 1, seeded) is True
+        # A second worker's seeds join the open stream; nothing is derived again (these name no column).
+        assert client.open_stream(name, 0, 1, dataclasses.replace(seeded, samples="not-derived")) is True
     opened = {stream.stream_id: stream.consume_len for stream in client.stream_stats(short.dataset_id)}
     assert opened == {"short": 20, "long": 10}

@@ -312,6 +312,8 @@ class TieredDataset(IterableDataset):
             self._sources.register(client, self._manifest)
             return
         self._cache_maps_manifest = register_dataset(client, self._manifest, self._manifest_path, self._cold)
+        if self._cache_maps_manifest:
+            _ = self._manifest.samples_digest  # hashed once here, not in each DataLoader worker it forks
 
     def __getstate__(self):
         if self._endpoint is not None and get_worker_info() is None:

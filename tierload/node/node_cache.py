@@ -40,6 +40,7 @@ from tierload.node.fetcher import ACQUIRE_TIMEOUT_S, TALLY_WAIT_S
 from tierload.node.key_index import KeyIndex
 from tierload.node.ownership import TierOwnership, owner_record, sharing_terms
 from tierload.node.parts import node_parts
+from tierload.node.plan_expansion import expanded_plan
 from tierload.node.sample_reads import SampleReads
 from tierload.node.stream import Stream
 from tierload.stores.cold.identity import identity_of
@@ -238,8 +239,8 @@ class NodeCache(NodeCacheServiceAPI):
             self._access.admit(dataset_id, identity, source, probe)  # AccessDeniedError: nothing is registered
         keys = KeyIndex(blocks) if not known else None  # outside the lock: 0.5 s at a million blocks
         with self._cond:
-            if not known:
-                self._catalog.add(dataset_id, blocks, source, keys)
+            if keys is not None:
+                self._catalog.add(dataset_id, keys, source)
             if mapped is not None:
                 self._catalog.keep_sample_blocks(dataset_id, mapped.samples_digest, mapped.sample_block)
             self._catalog.add_identity(dataset_id, identity, source, dict(registration.parts))
@@ -278,8 +279,8 @@ class NodeCache(NodeCacheServiceAPI):
                 url = self._catalog.first_source_url(plan.dataset_id) if known else ""
             if known:  # an unknown dataset: the stream table's ServiceError asks the job to register it
                 self._access.require(plan.dataset_id, plan.identity, url)
-            if isinstance(plan, SeededStreamPlan):  # derived only for an admitted job
-                plan = self._expanded(plan)
+            if isinstance(plan, SeededStreamPlan):  # derived only for an admitted job, and only once
+                plan = self._expanded(stream_id, plan)
         if plan is not None and self._sync is not None:
             try:
                 self._sync.flush()  # an up-to-date holder map before the epoch's first fetches
@@ -289,16 +290,19 @@ class NodeCache(NodeCacheServiceAPI):
             self._require_owner(self._streams.find(stream_id), identity)  # in the same hold as the join
             return self._streams.open(stream_id, num_consumers, plan)
 
-    def _expanded(self, seeded: SeededStreamPlan) -> StreamPlan:
+    def _expanded(self, stream_id: str, seeded: SeededStreamPlan) -> StreamPlan | None:
         """The plan ``seeded`` stands for, computed over the dataset's mapped ``sample_block``
-        (outside the lock: two epoch orders, ~0.1 s at a million samples)."""
+        (outside the lock: two epoch orders, ~0.1 s at a million samples); None when the stream
+        is open already (another DataLoader worker of the rank created it: it is joined)."""
         with self._cond:
+            if self._streams.find(stream_id) is not None:
+                return None
             sample_block = (self._catalog.sample_blocks(seeded.dataset_id, seeded.samples)
                             if seeded.dataset_id in self._catalog else None)
         if sample_block is None:
             raise ServiceError(f"dataset {seeded.dataset_id} (samples {seeded.samples}) is not registered with this "
                                "node cache by its manifest file; register it, or send the StreamPlan itself")
-        return seeded.expanded(sample_block)
+        return expanded_plan(seeded, sample_block)
 
     def progress(self, stream_id: str, consumer: int, position: int, identity: str = "") -> None:
         """``consumer`` has consumed every position before ``position`` (one-way call; only from the

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence, TypeVar
 import numpy as np
 
 from tierload.data.blocks import Block
-from tierload.data.order import block_sequence, compact_index_dtype, epoch_order, rank_slice, reuse_gap
 from tierload.errors import MessageError
 
 if TYPE_CHECKING:  # annotations only: the S3 stack (aiohttp) and pyarrow (packs) stay unimported for who
@@ -104,14 +103,11 @@ class StreamPlan(Message):
 @dataclass(frozen=True)
 class SeededStreamPlan(Message):
     """A rank's epoch as the few numbers its :class:`StreamPlan` derives from: the node cache,
-    which maps the same manifest file, computes the block sequence itself.
-
-    At a million samples the sequence (with the next epoch's look-ahead) is 8 MB, built from two
-    epoch orders and sent pickled: tens of MB at the peak of the training process and of each
-    DataLoader worker, and the CPU of a second permutation per epoch
-    (``benchmarks/results/2026-12-03-plan-in-cache``). Sent only for one dataset
-    shuffled by tierload (no sampler, no mixture, not a resumed epoch's rest after a change of
-    world size), registered by its manifest file.
+    which maps the same manifest file, computes the plan (:mod:`tierload.node.plan_expansion`),
+    so no training process or DataLoader worker builds two epoch orders and an 8 MB sequence per
+    million samples (``benchmarks/results/2026-12-03-plan-in-cache``). Sent only for one dataset
+    in tierload's own order (no sampler, no mixture, not an epoch resumed at another world
+    size), registered by its manifest file.
 
     Attributes:
         dataset_id: The registered dataset.
@@ -141,33 +137,6 @@ class SeededStreamPlan(Message):
     lineage: str = ""
     identity: str = ""
     version: int = 1
-
-    def expanded(self, sample_block: np.ndarray) -> StreamPlan:
-        """The :class:`StreamPlan` this stands for, over the dataset's ``sample_block`` (int
-        (num_samples,): block of each sample; the manifest's column). The same computation as
-        :meth:`tierload.loader.dataset.TieredDataset.rank_order` and its plan.
-
-        Raises:
-            MessageError: ``start_sample`` is outside the rank's order, or the settings are
-                not an order this release computes (an unknown shuffle, a bad rank).
-        """
-        def rank_order(epoch: int) -> np.ndarray:
-            order = epoch_order(sample_block, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-                                window_blocks=self.window_blocks, dtype=compact_index_dtype(len(sample_block)))
-            return rank_slice(order, rank=self.rank, world_size=self.world, drop_last=self.drop_last)
-
-        try:
-            mine = rank_order(self.epoch)
-            if not 0 <= self.start_sample <= len(mine):
-                raise MessageError(f"SeededStreamPlan.start_sample={self.start_sample} outside 0..{len(mine)} "
-                                   "(the rank's samples this epoch)")
-            rest = mine[self.start_sample:]
-            seq = block_sequence(sample_block, rest, rank_order(self.epoch + 1))
-        except ValueError as exc:
-            raise MessageError(f"SeededStreamPlan of dataset {self.dataset_id}: {exc}") from None
-        return StreamPlan(dataset_id=self.dataset_id, epoch=self.epoch, seq=seq, consume_len=len(rest),
-                          reuse_gap=reuse_gap(sample_block, self.window_blocks), start=self.start,
-                          lineage=self.lineage, identity=self.identity)
 
 
 @dataclass(frozen=True, eq=False)
