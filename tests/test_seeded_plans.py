@@ -161,3 +161,35 @@ def test_two_cuts_of_one_datasets_blocks_are_each_planned_over_their_own_samples
         assert client.open_stream(name, 0, 1, dataclasses.replace(seeded, samples="not-derived")) is True
     opened = {stream.stream_id: stream.consume_len for stream in client.stream_stats(short.dataset_id)}
     assert opened == {"short": 20, "long": 10}
+
+
+def test_a_cache_restarted_where_the_manifest_file_is_gone_is_sent_the_plans(bucket, tier_config, make_dataset):
+    """Fault: the node cache is killed for good between epochs (ray.kill) and the cached manifest file
+    it mapped is gone. The cache created again cannot map it: it refuses the seeds, the job
+    registers its blocks and sends each plan itself, and every sample arrives once with its bytes."""
+    import ray
+
+    from tierload.deploy.actors import node_cache_name
+
+    name, fs = bucket
+    payloads = put_indexed_objects(fs, f"{name}/ds", 41, size=300, classes=3)
+    dataset = make_dataset(f"s3://{name}/ds", tier_config(warm=None, manifest=PACKED), layout="files", batch_size=4)
+
+    def epoch(number: int, num_workers: int) -> Counter[int]:
+        dataset.set_epoch(number)
+        seen: Counter[int] = Counter()
+        for batch in DataLoader(dataset, batch_size=4, num_workers=num_workers, collate_fn=_raw):
+            for sample, label in batch:
+                index = index_of(sample)
+                assert bytes(sample) == payloads[index] and label == index % 3
+                seen[index] += 1
+        return seen
+
+    assert epoch(0, 2) == Counter(range(41)) and dataset._cache_maps_manifest
+    config = dataset.config
+    ray.kill(ray.get_actor(node_cache_name(config, ray.get_runtime_context().get_node_id()),
+                           namespace=config.ray.namespace))
+    dataset._manifest_path.unlink()  # the training process keeps its mapping; the new cache finds no file
+    assert epoch(1, 2) == Counter(range(41))  # each worker: seeds refused, blocks registered, plan sent
+    assert epoch(2, 0) == Counter(range(41))
+    assert not dataset._cache_maps_manifest  # the main process registered its blocks too
