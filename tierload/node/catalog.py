@@ -146,7 +146,9 @@ class BlockCatalog:
         Raises:
             KeyError: No registered dataset has ``key``.
         """
-        owners = self.owners(key)
+        return self._source_among(self.owners(key), key, readers)
+
+    def _source_among(self, owners: list[tuple[str, int]], key: str, readers: Mapping[str, str] | None) -> ColdSource:
         if not owners:
             raise KeyError(key)
         if readers:
@@ -165,16 +167,23 @@ class BlockCatalog:
             SourceChangedError: The object, or a pack member, changed since the manifest was built.
             BackendError: The cold tier failed.
         """
-        return read_cold(self.source_of(key), self._require(key), tally)
+        source, block = self._cold_of(key, None)
+        return read_cold(source, block, tally)
 
     async def read_cold_async(self, key: str, tally: dict | None = None,
                               readers: Mapping[str, str] | None = None) -> bytes:
         """:meth:`read_cold`, awaitable on the node cache's fetch loop, with the credentials of
         ``readers`` where they registered the block's dataset (:meth:`source_of`)."""
-        return await read_cold_async(self.source_of(key, readers), self._require(key), tally)
+        source, block = self._cold_of(key, readers)
+        return await read_cold_async(source, block, tally)
 
-    def _require(self, key: str) -> Block:
-        block = self.block(key)
-        if block is None:
-            raise KeyError(key)
-        return block
+    def _cold_of(self, key: str, readers: Mapping[str, str] | None) -> tuple[ColdSource, Block]:
+        """``(source, block)`` of a cold read of ``key``, from one lookup of its owners.
+
+        Raises:
+            KeyError: No registered dataset has ``key``.
+        """
+        owners = self.owners(key)
+        source = self._source_among(owners, key, readers)
+        dataset_id, index = owners[0]  # every owner's block has these bytes: the key names them
+        return source, self._datasets[dataset_id].blocks[index]
