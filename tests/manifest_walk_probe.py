@@ -18,8 +18,9 @@ import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from tierload.data.layouts.objects import plan_objects
-from tierload.data.manifest import Manifest, open_manifest, save_manifest
-from tierload.stores.cold.listing import ObjectInfo
+from tierload.data.manifest import Manifest, open_manifest
+from tierload.data.manifest_arrow import save_manifest
+from tierload.stores.cold.object_info import ObjectInfo
 
 KEYS = 200_000
 # The target: a worker grows < 50 MB over 2 epochs at 2 M keys, i.e. 25 bytes per key.

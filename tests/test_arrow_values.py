@@ -41,8 +41,8 @@ def test_numbers_and_booleans_round_trip():
 _START_PATH = textwrap.dedent("""
     import json, sys
     from tierload.config.loading import load_config
-    from tierload.data.manifest import load_manifest
-    from tierload.data.packs import manifest_settings
+    from tierload.data.manifest_build import load_manifest
+    from tierload.data.manifest_settings import manifest_settings
     from tierload.stores.cold.source import ColdSource
     options, url, cache = json.loads(sys.argv[1])
     config = load_config({"cold": {"storage_options": options}, "manifest": {"cache_dir": cache,

@@ -15,9 +15,11 @@ import pytest
 from tierload.config.loading import load_config
 from tierload.config.models import ManifestConfig
 from tierload.data.block_columns import BlockColumns, BlocksByKey, ColumnSpans, block_key_at, block_lengths
-from tierload.data.manifest import build_manifest, open_manifest, save_manifest
+from tierload.data.manifest import open_manifest
+from tierload.data.manifest_arrow import save_manifest
+from tierload.data.manifest_build import build_manifest
+from tierload.data.member_spans import PackIndex
 from tierload.data.order import block_sequence, compact_index_dtype, epoch_order
-from tierload.data.packs import PackIndex
 from tierload.stores.cold.source import ColdSource
 
 
@@ -62,7 +64,8 @@ def test_mapped_blocks_are_columns_over_the_file(built):
     ranges = _mapped_ranges(path)
     # Keys, URLs and versions are the file's bytes; offsets and lengths read-only views of it.
     for strings in (blocks.keys, blocks.urls, blocks.versions):
-        assert _inside(strings.buffers()[2].address, ranges)
+        for part in (strings.offsets, strings.data):
+            assert not part.flags.writeable and _inside(part.__array_interface__["data"][0], ranges)
     for numbers in (blocks.offsets, blocks.lengths, blocks.pack_block, blocks.member_ids):
         assert not numbers.flags.owndata and not numbers.flags.writeable
         assert _inside(numbers.__array_interface__["data"][0], ranges)

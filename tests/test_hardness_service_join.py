@@ -254,13 +254,14 @@ dataset = TieredDataset(spec["url"], spec["config"], storage_options=spec["stora
                         batch_size=1)
 samples = sum(1 for _ in dataset)
 print(json.dumps({"samples": samples, "ray_imported": "ray" in sys.modules,
-                  "cache_pid": dataset._endpoint.pid}))
+                  "arrow_imported": "pyarrow" in sys.modules, "cache_pid": dataset._endpoint.pid}))
 """
 
 
 def test_a_job_joins_a_running_node_cache_without_importing_ray(owner):
     """Issue 25, item 1: another process builds a ``TieredDataset`` with the owner's tiers, reads an
-    epoch through its cache, and never imports ``ray``."""
+    epoch through its cache, and never imports ``ray``; nor ``pyarrow``: its forked helper lists the
+    dataset and writes the manifest, and it maps the file through its column index with numpy."""
     spec, ready, _config_path, env = owner
     joined_spec = {**spec, "url": spec["url3"]}  # a dataset no one listed yet: the joiner's helper lists it
     done = subprocess.run([sys.executable, "-c", _JOINER_WITHOUT_RAY, json.dumps(joined_spec)], capture_output=True,
@@ -270,6 +271,7 @@ def test_a_job_joins_a_running_node_cache_without_importing_ray(owner):
     assert result["cache_pid"] == ready["cache_pid"]  # the owner's node cache
     assert result["samples"] == 14
     assert result["ray_imported"] is False
+    assert result["arrow_imported"] is False, result
 
 
 def test_stop_by_address_ends_tierloads_actors_and_leaves_the_ray_it_joined(owner):

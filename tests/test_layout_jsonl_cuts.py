@@ -16,7 +16,7 @@ import zstandard
 
 from tierload.config.loading import load_config
 from tierload.data.cold_read import read_cold
-from tierload.data.manifest import build_manifest
+from tierload.data.manifest_build import build_manifest
 from tierload.errors import BadLineError
 from tierload.stores.cold.source import ColdSource
 

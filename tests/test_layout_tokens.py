@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from tierload import collate
 from tierload.config.loading import load_config
 from tierload.data.cold_read import read_cold
-from tierload.data.manifest import build_manifest
+from tierload.data.manifest_build import build_manifest
 from tierload.errors import ConfigError, ManifestError
 from tierload.stores.cold.source import ColdSource
 

@@ -12,8 +12,9 @@ import sys
 from tierload.stores.cold.location import COMMON_S3_OPTIONS, s3_option_names
 
 # Loaded where they are used (a listing, a plan, an S3 client or read), not by the training
-# process's imports: together ~30 MB of its RSS (benchmarks/results/2026-12-02-training-memory).
-HEAVY = ("pyarrow.compute", "botocore.auth", "s3fs", "aiobotocore", "ray")
+# process's imports: together ~30 MB of its RSS (benchmarks/results/2026-12-02-training-memory);
+# pyarrow alone 25 MB more (benchmarks/results/2026-12-03-arrow-free-training).
+HEAVY = ("pyarrow", "pyarrow.compute", "botocore.auth", "s3fs", "aiobotocore", "ray")
 
 
 def _loaded_after(code: str) -> list[str]:

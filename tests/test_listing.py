@@ -12,7 +12,8 @@ from helpers import put_objects
 
 from tierload.config.loading import load_config
 from tierload.errors import SourceNotFoundError
-from tierload.stores.cold.listing import ObjectInfo, ObjectListing
+from tierload.stores.cold.listing import ObjectListing
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.source import ColdSource
 
 

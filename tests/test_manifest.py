@@ -13,7 +13,7 @@ from helpers import png_bytes, put_objects
 
 from tierload.config.loading import load_config
 from tierload.config.models import ManifestConfig
-from tierload.data.manifest import build_manifest, load_manifest
+from tierload.data.manifest_build import build_manifest, load_manifest
 from tierload.errors import (
     BucketNotFoundError,
     ConfigError,

@@ -21,7 +21,8 @@ from faulty_s3 import FaultyS3
 from helpers import put_indexed_objects
 
 from tierload.config.models import ColdConfig, ManifestConfig
-from tierload.data.manifest import build_manifest, cache_path, partial_path
+from tierload.data.manifest import cache_path, partial_path
+from tierload.data.manifest_build import build_manifest
 from tierload.data.manifest_helper import ManifestJob, fork_refused, load_manifest_apart, run_helper
 from tierload.errors import AccessDeniedError, ManifestError
 from tierload.stores.cold.source import ColdSource

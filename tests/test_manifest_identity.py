@@ -11,7 +11,8 @@ from helpers import png_bytes
 
 from tierload.config.loading import load_config
 from tierload.config.models import ManifestConfig
-from tierload.data.manifest import cache_path, load_manifest
+from tierload.data.manifest import cache_path
+from tierload.data.manifest_build import load_manifest
 from tierload.stores.cold.location import canonical_url
 from tierload.stores.cold.source import ColdSource
 

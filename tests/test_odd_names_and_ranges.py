@@ -16,7 +16,7 @@ from test_cold_async import source_for
 
 from tierload.config.loading import load_config
 from tierload.config.models import ManifestConfig
-from tierload.data.manifest import build_manifest
+from tierload.data.manifest_build import build_manifest
 from tierload.errors import ManifestError, SourceChangedError
 from tierload.stores.cold.listing import NOT_UTF8
 from tierload.stores.cold.source import ColdSource

@@ -101,7 +101,7 @@ def test_a_fresh_hot_tier_reads_packs_from_warm_without_a_cold_request(bucket, t
 def test_a_dataset_hands_its_node_cache_the_manifest_file_it_mapped(bucket, tier_config, make_dataset):
     """The registration names the cached manifest file (path + dataset id), which the node cache
     maps; the blocks travel over the socket only when it cannot. The hot tier here is small, so
-    the pack target is lowered (``tierload.data.packs.manifest_settings``): the path must still be the
+    the pack target is lowered (``tierload.data.manifest_settings.manifest_settings``): the path must still be the
     file of the manifest the dataset uses."""
     from tierload.node.node_cache import _mapped_manifest
     from tierload.wire.messages import BlockTable, DatasetRegistration

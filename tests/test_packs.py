@@ -14,11 +14,12 @@ from helpers import index_of, put_indexed_objects
 from torch.utils.data import DataLoader
 
 from tierload.config.models import ManifestConfig
-from tierload.data.manifest import build_manifest
+from tierload.data.manifest_build import build_manifest
+from tierload.data.member_spans import PackIndex
 from tierload.data.order import worker_positions
-from tierload.data.packs import PackIndex, group_objects
+from tierload.data.packs import group_objects
 from tierload.errors import SourceChangedError
-from tierload.stores.cold.listing import ObjectInfo
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.source import ColdSource
 
 PACKS = {"pack_threshold_bytes": "2KiB", "pack_target_bytes": "8KiB"}
@@ -168,7 +169,8 @@ def test_the_cached_manifest_is_an_arrow_file_mapped_in_place(tmp_path):
     import pickle
 
     from tierload.data.layouts.objects import plan_objects
-    from tierload.data.manifest import Manifest, open_manifest, save_manifest
+    from tierload.data.manifest import Manifest, open_manifest
+    from tierload.data.manifest_arrow import save_manifest
 
     objects = [ObjectInfo(f"s3://b/d/{i % 3}/o{i:05d}", 0 if i == 7 else 100 + i, f'"e{i}"') for i in range(3000)]
     objects.insert(1500, ObjectInfo("s3://b/d/big", 5000, '"big"'))
@@ -191,7 +193,8 @@ def test_the_cached_manifest_is_an_arrow_file_mapped_in_place(tmp_path):
 
 def test_a_node_cache_maps_the_manifest_file_named_in_a_registration(tmp_path):
     from tierload.data.layouts.objects import plan_objects
-    from tierload.data.manifest import Manifest, save_manifest
+    from tierload.data.manifest import Manifest
+    from tierload.data.manifest_arrow import save_manifest
     from tierload.node.node_cache import _mapped_manifest
 
     objects = [ObjectInfo(f"s3://b/d/o{i:04d}", 100, f'"e{i}"') for i in range(500)]
@@ -208,7 +211,7 @@ def test_a_node_cache_maps_the_manifest_file_named_in_a_registration(tmp_path):
 
 def test_packs_are_never_larger_than_a_sixteenth_of_the_hot_tier():
     from tierload.config.loading import load_config
-    from tierload.data.packs import PACKS_PER_HOT_TIER, manifest_settings
+    from tierload.data.manifest_settings import PACKS_PER_HOT_TIER, manifest_settings
 
     roomy = load_config({"hot": {"capacity_bytes": "1GiB"}, "manifest": {"pack_target_bytes": "8MiB"}})
     assert manifest_settings(roomy) is roomy.manifest
@@ -248,7 +251,8 @@ def test_mixed_packs_refer_to_listing_rows_and_the_file_holds_the_listing_once(t
     import numpy as np
 
     from tierload.data.layouts.objects import plan_objects
-    from tierload.data.manifest import Manifest, open_manifest, save_manifest
+    from tierload.data.manifest import Manifest, open_manifest
+    from tierload.data.manifest_arrow import save_manifest
     from tierload.data.packs import ListedMembers, mixing_order
 
     objects = [ObjectInfo(f"s3://b/d/{i % 4}/o{i:05d}", 0 if i == 11 else 50 + i % 90, f'"e{i}"') for i in range(4000)]

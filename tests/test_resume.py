@@ -216,7 +216,7 @@ def test_a_new_process_resumes_from_a_checkpoint_with_other_workers_and_a_warm_c
 def _epoch_rows(s3, name, config, epoch) -> list[int]:
     """The uninterrupted order of an epoch as the example's dataset (seed 7) yields it: row i holds id i
     (write_npy_dataset), and sample ids follow the manifest's row order."""
-    from tierload.data.manifest import load_manifest
+    from tierload.data.manifest_build import load_manifest
     from tierload.loader.dataset import TieredDataset
     from tierload.stores.cold.source import ColdSource
 

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 
 from tierload.config.loading import load_config
 from tierload.data.blocks import Block
-from tierload.data.manifest import Manifest, open_manifest, save_manifest
+from tierload.data.manifest import Manifest, open_manifest
+from tierload.data.manifest_arrow import save_manifest
 from tierload.errors import MessageError, ServiceError
 from tierload.node.node_cache import NodeCache
 from tierload.node.plan_expansion import expanded_plan

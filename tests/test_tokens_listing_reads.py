@@ -14,7 +14,7 @@ from test_layout_tokens import WIDTH, npy_bytes
 
 from tierload.config.loading import load_config
 from tierload.data.cold_read import read_cold
-from tierload.data.manifest import build_manifest
+from tierload.data.manifest_build import build_manifest
 from tierload.stores.cold.source import ColdSource
 
 FILES = 24

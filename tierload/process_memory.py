@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 from typing import Any
-
-import pyarrow as pa
 
 __all__ = ["map_large_allocations", "release_freed_memory"]
 
@@ -26,8 +25,12 @@ def release_freed_memory() -> None:
     build's later temporaries of that size are carved from the heap, and the heap keeps their
     pages after they are freed (58 MB at 1.28 M keys, measured with ``mallinfo2``).
     ``malloc_trim(0)`` returns every free page of the heap; elsewhere than glibc it is skipped.
+    A process that never loaded pyarrow (a training process over a mapped manifest) has no
+    Arrow pool, and this does not load pyarrow to find one.
     """
-    pa.default_memory_pool().release_unused()
+    arrow = sys.modules.get("pyarrow")
+    if arrow is not None:
+        arrow.default_memory_pool().release_unused()
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

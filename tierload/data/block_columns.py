@@ -13,25 +13,60 @@ the functions below, which take any ``Sequence[Block]`` (a planner's list or the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import overload
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
-import pyarrow as pa
 
 from tierload.data.blocks import Block
-from tierload.data.packs import ListedMembers, PackMembers, spans_of_sizes
+from tierload.data.member_spans import spans_of_sizes
+from tierload.data.string_column import StringColumn
+
+if TYPE_CHECKING:
+    from tierload.data.packs import PackMembers
 
 # Blocks made at once when iterating (bounds the transient Python strings of one window).
 _ITER_WINDOW = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class MemberColumns:
+    """Every pack member of a mapped manifest, as columns: the one listing packs' members are rows of.
+
+    Attributes:
+        urls, versions: (members,) each member's source URL and version at listing time.
+        sizes: int64 (members,): each member's size in bytes.
+        offsets: int64 (members,): each member's first byte in its object (byte-range members),
+            or None for whole objects.
+    """
+
+    urls: StringColumn
+    versions: StringColumn
+    sizes: np.ndarray
+    offsets: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @functools.cached_property
+    def pack_members(self) -> PackMembers:
+        """The same columns as :class:`~tierload.data.packs.PackMembers` (Arrow arrays over the same
+        memory, no copy), made once: a pack's members are gathered from it for a cold fetch."""
+        # Imported here: packs (and so pyarrow) load only in a process that reads a pack's
+        # members (the node cache, a direct read); a training process reads keys and sizes.
+        from tierload.data.packs import PackMembers
+
+        return PackMembers(self.urls.to_arrow(), self.versions.to_arrow(), self.sizes, self.offsets)
 
 
 class BlockColumns(Sequence[Block]):
     """Every block of a manifest, as columns in block-index order (no Python object per block).
 
     Args:
-        keys, urls, versions: Arrow large_string arrays (blocks,): each block's tier key, source
-            URL and source version (see :class:`~tierload.data.blocks.Block`).
+        keys, urls, versions: (blocks,) each block's tier key, source URL and source version (see
+            :class:`~tierload.data.blocks.Block`).
         offsets, lengths: int64 arrays (blocks,): each block's byte range in its object (bytes).
         pack_block: int64 array (packs,), increasing: the block index of each pack.
         pack_first: int64 array (packs + 1,): pack ``p``'s members are ``member_ids[pack_first[p]:
@@ -39,16 +74,17 @@ class BlockColumns(Sequence[Block]):
         member_ids: int32 or int64 array (members,): rows of ``listing``, in pack order.
         listing: The member listing the packs' members are rows of.
 
-    Indexing with an int makes one ``Block`` (its ``members`` a :class:`ListedMembers` view);
+    Indexing with an int makes one ``Block`` (its ``members`` a
+    :class:`~tierload.data.packs.ListedMembers` view);
     a slice makes a list. Nothing is cached: a caller that needs a block often keeps it.
 
     Raises:
         ValueError: The columns differ in length (at construction).
     """
 
-    def __init__(self, keys: pa.Array, urls: pa.Array, versions: pa.Array, offsets: np.ndarray,
+    def __init__(self, keys: StringColumn, urls: StringColumn, versions: StringColumn, offsets: np.ndarray,
                  lengths: np.ndarray, pack_block: np.ndarray, pack_first: np.ndarray, member_ids: np.ndarray,
-                 listing: PackMembers) -> None:
+                 listing: MemberColumns) -> None:
         if not len(keys) == len(urls) == len(versions) == len(offsets) == len(lengths):
             raise ValueError(f"block columns differ in length: keys={len(keys)}, urls={len(urls)}, "
                              f"versions={len(versions)}, offsets={len(offsets)}, lengths={len(lengths)}")
@@ -77,16 +113,15 @@ class BlockColumns(Sequence[Block]):
             at += count
         if not 0 <= at < count:
             raise IndexError(f"block index {index} outside 0..{count - 1}")
-        return Block(str(self.keys[at].as_py()), str(self.urls[at].as_py()), str(self.versions[at].as_py()),
-                     int(self.offsets[at]), int(self.lengths[at]), self.members(at))
+        return Block(self.keys[at], self.urls[at], self.versions[at], int(self.offsets[at]), int(self.lengths[at]),
+                     self.members(at))
 
     def __iter__(self) -> Iterator[Block]:
         # A window of rows converted at once: as fast as a list's iteration, without holding one.
         for lo in range(0, len(self), _ITER_WINDOW):
             hi = min(lo + _ITER_WINDOW, len(self))
-            rows = zip(self.keys.slice(lo, hi - lo).to_pylist(), self.urls.slice(lo, hi - lo).to_pylist(),
-                       self.versions.slice(lo, hi - lo).to_pylist(), self.offsets[lo:hi].tolist(),
-                       self.lengths[lo:hi].tolist(), strict=True)
+            rows = zip(self.keys.window(lo, hi), self.urls.window(lo, hi), self.versions.window(lo, hi),
+                       self.offsets[lo:hi].tolist(), self.lengths[lo:hi].tolist(), strict=True)
             for at, (key, url, version, offset, length) in enumerate(rows, lo):
                 yield Block(key, url, version, offset, length, self.members(at))
 
@@ -100,7 +135,7 @@ class BlockColumns(Sequence[Block]):
 
     def key(self, index: int) -> str:
         """The tier key of block ``index`` (no ``Block`` made)."""
-        return str(self.keys[int(index)].as_py())
+        return self.keys[int(index)]
 
     def members(self, index: int) -> PackMembers | None:
         """Block ``index``'s pack members (a view of the listing's rows), or None for a plain block."""
@@ -108,7 +143,9 @@ class BlockColumns(Sequence[Block]):
         if pack == len(self.pack_block) or int(self.pack_block[pack]) != index:
             return None
         lo, hi = int(self.pack_first[pack]), int(self.pack_first[pack + 1])
-        return ListedMembers(self.listing, self.member_ids[lo:hi])
+        from tierload.data.packs import ListedMembers  # see MemberColumns.pack_members
+
+        return ListedMembers(self.listing.pack_members, self.member_ids[lo:hi])
 
 
 class ColumnSpans:
@@ -160,19 +197,25 @@ def block_key_at(blocks: Sequence[Block], index: int) -> str:
     return blocks[index].key
 
 
+def block_url_at(blocks: Sequence[Block], index: int) -> str:
+    """The source URL of ``blocks[index]`` (a pack's: its first member's), without making a
+    ``Block`` (nor its members) when they are columns."""
+    if isinstance(blocks, BlockColumns):
+        return blocks.urls[int(index)]
+    return blocks[index].url
+
+
 def block_keys(blocks: Sequence[Block]) -> list[str]:
     """Every block's tier key, in order (Python strings: for the few callers that need a set)."""
     if isinstance(blocks, BlockColumns):
-        return blocks.keys.to_pylist()
+        return blocks.keys.to_list()
     return [block.key for block in blocks]
 
 
 def iter_block_keys(blocks: Sequence[Block]) -> Iterator[str]:
     """Every block's tier key, in order, a window at a time (no list of them all held)."""
     if isinstance(blocks, BlockColumns):
-        keys = blocks.keys
-        for lo in range(0, len(keys), _ITER_WINDOW):
-            yield from keys.slice(lo, _ITER_WINDOW).to_pylist()
+        yield from blocks.keys
         return
     for block in blocks:
         yield block.key
@@ -189,11 +232,8 @@ def digest_keys(digest, blocks: Sequence[Block]) -> None:  # noqa: ANN001 - any 
     """Feed every block's key to ``digest`` (``update`` per key, or the key column's bytes at once:
     the same digest, as a streaming hash of the concatenation)."""
     if isinstance(blocks, BlockColumns):
-        keys = blocks.keys
-        if len(keys):
-            offsets = np.frombuffer(keys.buffers()[1], np.int64)[keys.offset:keys.offset + len(keys) + 1]
-            data = keys.buffers()[2]
-            digest.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+        if len(blocks.keys):
+            digest.update(blocks.keys.joined_bytes())
         return
     for block in blocks:
         digest.update(block.key.encode())

@@ -54,14 +54,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from tierload.config.models import ManifestConfig
-from tierload.data.manifest import (
-    Manifest,
-    build_manifest,
-    cache_path,
-    open_manifest,
-    partial_path,
-    save_manifest,
-)
+from tierload.data.manifest import Manifest, cache_path, open_manifest, partial_path
+from tierload.data.manifest_columns import index_path
 from tierload.errors import ManifestError, TierloadError
 from tierload.process_memory import release_freed_memory
 from tierload.stores.cold.obstore_stores import made_clients_here
@@ -120,7 +114,7 @@ def load_manifest_apart(source: ColdSource, config: ManifestConfig, layout: str 
     Args:
         source: The cold tier under the dataset prefix.
         config: Manifest settings (``cache_dir``: where the file is written).
-        layout: Layout override (see :func:`tierload.data.manifest.build_manifest`).
+        layout: Layout override (see :func:`tierload.data.manifest_build.build_manifest`).
         refresh: List again even when a cached manifest exists.
         timeout_s: Seconds to wait for the helper (None: as long as the listing takes).
 
@@ -142,7 +136,7 @@ def load_manifest_apart(source: ColdSource, config: ManifestConfig, layout: str 
     refused = fork_refused(source)
     if refused is not None:
         log.debug("manifest of %s built in this process, not in a forked helper: %s", source.url, refused)
-        save_manifest(build_manifest(source, config, layout), path)
+        _build_and_save(source, config, layout, path)
         return open_manifest(path), path
     answer = run_helper(ManifestJob(source, config, layout), timeout_s)
     log.info("manifest of %s written by helper pid %d (peak RSS %.0f MB): %s", source.url, answer.pid,
@@ -193,8 +187,10 @@ def run_helper(job: ManifestJob, timeout_s: float | None = None) -> ManifestAnsw
             os.close(read_fd)
             if status is None:  # interrupted, timed out: the child ends with the call, and its partial file
                 _stop(pid)
-                with contextlib.suppress(FileNotFoundError):
-                    partial_path(cache_path(job.source, job.config, job.layout), pid).unlink()
+                path = cache_path(job.source, job.config, job.layout)
+                for partial in (partial_path(path, pid), partial_path(index_path(path), pid)):
+                    with contextlib.suppress(FileNotFoundError):
+                        partial.unlink()
         try:
             answer = pickle.loads(data)
         except Exception:  # noqa: BLE001 - anything unreadable means the child died before answering
@@ -301,9 +297,7 @@ def _serve(job: ManifestJob) -> ManifestAnswer:
         return ManifestAnswer(None, error, os.getpid(), _peak_rss_bytes())
     path = cache_path(job.source, job.config, job.layout)
     try:
-        manifest = build_manifest(job.source, job.config, job.layout)
-        release_freed_memory()  # the listing and the plan's temporaries, before the writer's buffers
-        save_manifest(manifest, path)
+        _build_and_save(job.source, job.config, job.layout, path)
     except TierloadError as exc:
         exc.where = exc.where or where
         exc.remote_traceback = exc.remote_traceback or traceback.format_exc()
@@ -313,3 +307,15 @@ def _serve(job: ManifestJob) -> ManifestAnswer:
                                 remote_traceback=traceback.format_exc())
         return ManifestAnswer(None, wrapped, os.getpid(), _peak_rss_bytes())
     return ManifestAnswer(str(path), None, os.getpid(), _peak_rss_bytes())
+
+
+def _build_and_save(source: ColdSource, config: ManifestConfig, layout: str | None, path: Path) -> None:
+    """List ``source`` and write its manifest file (and the file's column index) at ``path``."""
+    # Imported here, in the forked child: the listing and the writer load pyarrow, which the
+    # training process that forked it never needs (it maps the file through its column index).
+    from tierload.data.manifest_arrow import save_manifest
+    from tierload.data.manifest_build import build_manifest
+
+    manifest = build_manifest(source, config, layout)
+    release_freed_memory()  # the listing and the plan's temporaries, before the writer's buffers
+    save_manifest(manifest, path)

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from tierload.config.models import TierloadConfig
-from tierload.data.block_columns import block_lengths
+from tierload.data.block_columns import block_lengths, block_url_at
 from tierload.data.blocks import Block
 from tierload.units import format_bytes
 
@@ -55,17 +55,18 @@ def hot_fit_problem(config: TierloadConfig, blocks: Sequence[Block]) -> str | No
         return None
     capacity = max(config.hot.capacity_bytes, config.hot.ram_capacity_bytes)  # a block lives in one level
     lengths = block_lengths(blocks)  # a view of a mapped manifest's column: no Block per block
-    largest = blocks[int(np.argmax(lengths))]
+    largest_at = int(np.argmax(lengths))
+    largest_length, largest_url = int(lengths[largest_at]), block_url_at(blocks, largest_at)
     window = prefetch_window_bytes(lengths, config.prefetch.depth_blocks, config.prefetch.depth_bytes)
-    if capacity < largest.length:
+    if capacity < largest_length:
         return (f"hot.capacity_bytes is {format_bytes(capacity)}, smaller than the largest block "
-                f"({format_bytes(largest.length)}, {largest.url}): blocks that large bypass the hot tier and are "
+                f"({format_bytes(largest_length)}, {largest_url}): blocks that large bypass the hot tier and are "
                 f"read from the warm or cold tier every time; set hot.capacity_bytes to at least "
-                f"{format_bytes(max(window, largest.length))} (the prefetch window) to cache them")
+                f"{format_bytes(max(window, largest_length))} (the prefetch window) to cache them")
     if capacity < window:
         return (f"hot.capacity_bytes is {format_bytes(capacity)}, smaller than the prefetch window "
                 f"(up to {config.prefetch.depth_blocks} blocks, {format_bytes(window)}; the largest block is "
-                f"{format_bytes(largest.length)}; one window per rank reading on the node): blocks fetched ahead do "
+                f"{format_bytes(largest_length)}; one window per rank reading on the node): blocks fetched ahead do "
                 f"not all fit, so some bypass the hot tier and prefetching gains less; set "
                 f"hot.capacity_bytes to at least {format_bytes(window)}, or lower prefetch.depth_blocks / "
                 "prefetch.depth_bytes")

@@ -33,9 +33,10 @@ import numpy as np
 from tierload.config.models import TierloadConfig
 from tierload.data.blocks import Block
 from tierload.data.cold_read import cold_requests
-from tierload.data.manifest import Manifest, load_manifest
+from tierload.data.manifest import Manifest
+from tierload.data.manifest_build import load_manifest
+from tierload.data.manifest_settings import manifest_settings
 from tierload.data.order import epoch_order, resolve_shuffle
-from tierload.data.packs import manifest_settings
 from tierload.data.tier_fit import fitting
 from tierload.errors import ConfigError, ServiceError
 from tierload.frames.checksum import checksum

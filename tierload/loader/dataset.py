@@ -44,6 +44,7 @@ from tierload.data.elastic import Segment, remaining_order, segment_rank_count
 from tierload.data.layouts.base import BlockDecoder
 from tierload.data.manifest import Manifest, cache_path, open_manifest
 from tierload.data.manifest_helper import load_manifest_apart
+from tierload.data.manifest_settings import manifest_settings
 from tierload.data.mixture import Mixture
 from tierload.data.order import (
     block_sequence,
@@ -54,7 +55,6 @@ from tierload.data.order import (
     reuse_gap,
     samples_per_rank,
 )
-from tierload.data.packs import manifest_settings
 from tierload.data.tier_fit import warn_hot_fit_once
 from tierload.errors import ConfigError, ServiceError
 from tierload.loader.cold_reach import refuse_process_local

@@ -19,10 +19,11 @@ import numpy as np
 from tierload.config.models import LAYOUT_NAMES, TierloadConfig
 from tierload.data.block_columns import BlocksByKey
 from tierload.data.layouts.registry import layout_spec
-from tierload.data.manifest import Manifest, cache_path, load_manifest
+from tierload.data.manifest import Manifest
+from tierload.data.manifest_helper import load_manifest_apart
+from tierload.data.manifest_settings import manifest_settings
 from tierload.data.mixture import Mixture
 from tierload.data.order import resolve_shuffle
-from tierload.data.packs import manifest_settings
 from tierload.errors import ConfigError
 from tierload.loader.consumer import DirectSource, NodeLink
 from tierload.loader.dataset_link import register_dataset
@@ -154,12 +155,12 @@ class MixtureSources:
         settings = manifest_settings(self.config)
         self.parts, self.paths = [], []
         for source, cold in zip(self.sources, self.colds, strict=True):
-            listed = load_manifest(ColdSource(cold, source.cold_config(self.config)), settings, source.layout,
-                                   refresh=refresh)
+            # Listed and written by a helper process, as a single dataset's: this one maps the file.
+            listed, path = load_manifest_apart(ColdSource(cold, source.cold_config(self.config)), settings,
+                                               source.layout, refresh=refresh)
             projected = listed.projected(list(source.columns) if source.columns else None, settings.label_column)
             self.parts.append(projected)
-            self.paths.append(cache_path(ColdSource(cold, source.cold_config(self.config)), settings, source.layout)
-                              if projected is listed else None)
+            self.paths.append(path if projected is listed else None)
         return self._joined()
 
     def _joined(self) -> Manifest:

@@ -8,7 +8,7 @@ import numpy as np
 
 from tierload.config.models import TierloadConfig
 from tierload.data.block_columns import block_lengths
-from tierload.data.packs import manifest_settings
+from tierload.data.manifest_settings import manifest_settings
 from tierload.errors import ConfigError
 from tierload.simulator.trace import DatasetShape
 
@@ -30,7 +30,7 @@ def shape_from_listing(url: str, config: TierloadConfig, *, layout: str | None =
         ManifestError: The prefix holds nothing readable.
         BackendError: The listing failed.
     """
-    from tierload.data.manifest import load_manifest
+    from tierload.data.manifest_build import load_manifest
     from tierload.stores.cold.source import ColdSource
 
     manifest = load_manifest(ColdSource(url, config.cold), manifest_settings(config), layout, refresh=refresh)

@@ -39,7 +39,7 @@ from tierload.data.blocks import Block
 from tierload.data.layouts.base import LayoutPlan, ManifestView
 from tierload.data.layouts.table_rows import table_samples
 from tierload.errors import ConfigError, DecodeError, ManifestError
-from tierload.stores.cold.listing import ObjectInfo
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.source import ColdSource
 
 _FILE_MAGIC = b"ARROW1"

@@ -8,7 +8,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from tierload.data.blocks import Block
-from tierload.data.packs import MemberSpans
+from tierload.data.member_spans import MemberSpans
 
 
 @dataclass

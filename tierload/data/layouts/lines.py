@@ -44,7 +44,7 @@ import zstandard
 from tierload.data.blocks import Block
 from tierload.data.layouts.base import LayoutPlan
 from tierload.errors import BadLineError, DecodeError, ManifestError
-from tierload.stores.cold.listing import ObjectInfo
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ import torch
 from tierload.data.blocks import Block
 from tierload.data.layouts.base import LayoutPlan
 from tierload.errors import ManifestError
-from tierload.stores.cold.listing import ObjectInfo
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.source import ColdSource
 
 _MAGIC = b"\x93NUMPY"

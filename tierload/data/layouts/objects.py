@@ -1,4 +1,4 @@
-"""One sample per object: image folders (``<prefix>/<label>/<name>.png``) and raw files.
+"""One sample per object: image folders (``<prefix>/<label>/<name>.png``) and raw files, planned.
 
 The class of an object is its first folder below the dataset prefix (the torchvision
 ImageFolder convention); class indices follow the sorted class names. Zero-byte objects are
@@ -8,25 +8,24 @@ them as empty samples.
 
 from __future__ import annotations
 
-import io
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
-from PIL import Image
 
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.data.blocks import Block
 from tierload.data.layouts.base import LayoutPlan
-from tierload.data.packs import ListedMembers, MemberSpans, PackMembers, cut_runs, mixing_order, pack_digests
-from tierload.errors import DecodeError, ManifestError
+from tierload.data.packs import ListedMembers, PackMembers, cut_runs, mixing_order, pack_digests
+from tierload.errors import ManifestError
 from tierload.process_memory import release_freed_memory
-from tierload.stores.cold.listing import ObjectInfo, ObjectListing
+from tierload.stores.cold.listing import ObjectListing
+from tierload.stores.cold.object_info import ObjectInfo
 
 if TYPE_CHECKING:  # torch is imported where samples are decoded: planning a listing needs none of it
-    import torch
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -186,109 +185,3 @@ def _blocks(kept: ObjectListing, bounds: np.ndarray, order: np.ndarray | None = 
         else:
             blocks.append(Block.pack(ListedMembers(listing, ids[lo:hi]), next(digests)))
     return blocks
-
-
-def decode_image(data: bytes) -> torch.Tensor:
-    """PNG/JPEG bytes -> uint8 tensor of shape (C, H, W); C is 1 (gray), 3 (RGB) or 4 (RGBA)."""
-    with Image.open(io.BytesIO(data)) as opened:
-        image: Image.Image = opened if opened.mode in ("L", "RGB", "RGBA") else opened.convert("RGB")
-        array = np.asarray(image, dtype=np.uint8)
-    array = array[None, :, :] if array.ndim == 2 else array.transpose(2, 0, 1)
-    # Exactly one copy, into C-order (H, W, C) -> (C, H, W): it also makes the tensor writable
-    # (PIL's buffer is read-only); a second copy would move another 1.5 MB for a 704x704 RGB image.
-    import torch
-
-    return torch.from_numpy(np.array(array, dtype=np.uint8, order="C", copy=True))
-
-
-class PackSamples(Sequence[tuple[Any, int]]):
-    """The samples of one block, decoded when asked for (a pack's samples are spread by the shuffle).
-
-    Each sample is decoded from a zero-copy slice of the block's bytes.
-
-    Args:
-        data: The block's raw bytes (or a uint8 tensor).
-        first: Sample id of the block's first member.
-        starts, ends: int32 or int64 (members,): byte range of each member inside the block.
-        labels: int64 (num_samples,): the manifest's labels.
-        decode: ``decode(slice) -> sample``.
-    """
-
-    def __init__(self, data: Any, first: int, starts: np.ndarray, ends: np.ndarray, labels: np.ndarray,
-                 decode: Callable[[Any], Any]) -> None:
-        self._view = memoryview(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
-        self._first = first
-        self._starts = starts.tolist()
-        self._ends = ends.tolist()
-        self._labels = labels
-        self._decode = decode
-
-    def __len__(self) -> int:
-        return len(self._starts)
-
-    def __getitem__(self, position):
-        if isinstance(position, slice):
-            return [self[i] for i in range(*position.indices(len(self)))]
-        sample = self._decode(self._view[self._starts[position]:self._ends[position]])
-        return sample, int(self._labels[self._first + position])
-
-
-class ImageDecoder:
-    """Decodes the images of a block (one object, or a pack's members) when asked; labels from the manifest.
-
-    Args:
-        labels: int64 (num_samples,): class of each sample.
-        index: Where each sample lies inside its block.
-    """
-
-    def __init__(self, labels: np.ndarray, index: MemberSpans) -> None:
-        self.labels = labels
-        self.index = index
-
-    def decode(self, block_index: int, data: bytes) -> Sequence[tuple[Any, int]]:
-        first, starts, ends = self.index.span(block_index)
-        if len(starts) == 1:  # a plain block: its one sample, decoded now
-            return [(_checked_image(data), int(self.labels[first]))]
-        return PackSamples(data, first, starts, ends, self.labels, _checked_image)
-
-    def decode_member(self, sample_id: int, data: bytes) -> tuple[Any, int]:
-        """Sample ``sample_id`` from its object's bytes alone (a pack member read by itself)."""
-        return _checked_image(data), int(self.labels[sample_id])
-
-
-def _checked_image(data: Any) -> torch.Tensor:
-    try:
-        return decode_image(data)
-    except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input
-        raise DecodeError(f"an object is not a decodable image: {exc}") from exc
-
-
-def _raw_bytes(data: Any) -> Any:
-    import torch  # loaded by then (the decoding process imported it): a dict lookup
-
-    return data if isinstance(data, torch.Tensor) else bytes(data)
-
-
-class RawDecoder:
-    """Yields each object's bytes unchanged (``bytes``; empty for a zero-byte object).
-
-    Given a uint8 tensor instead (the kvikio path reads blocks into GPU memory), yields slices of it.
-
-    Args:
-        labels: int64 (num_samples,): class of each sample.
-        index: Where each sample lies inside its block.
-    """
-
-    def __init__(self, labels: np.ndarray, index: MemberSpans) -> None:
-        self.labels = labels
-        self.index = index
-
-    def decode(self, block_index: int, data: bytes | torch.Tensor) -> Sequence[tuple[Any, int]]:
-        first, starts, ends = self.index.span(block_index)
-        if len(starts) == 1:  # a plain block: its one sample, decoded now
-            return [(_raw_bytes(data), int(self.labels[first]))]
-        return PackSamples(data, first, starts, ends, self.labels, _raw_bytes)
-
-    def decode_member(self, sample_id: int, data: bytes) -> tuple[Any, int]:
-        """Sample ``sample_id`` from its object's bytes alone (a pack member read by itself)."""
-        return _raw_bytes(data), int(self.labels[sample_id])

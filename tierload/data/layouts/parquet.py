@@ -43,7 +43,7 @@ from tierload.data.layouts.sparse import SparseFile
 from tierload.data.layouts.table_rows import table_samples
 from tierload.data.packs import PackMembers
 from tierload.errors import ConfigError, ManifestError
-from tierload.stores.cold.listing import ObjectInfo
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.source import ColdSource
 
 _TAIL_GUESS = 64 * 1024

@@ -125,13 +125,13 @@ def _arrow_columns(manifest: ManifestView, columns: list[str], label_column: str
 
 
 def _image_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
-    from tierload.data.layouts.objects import ImageDecoder
+    from tierload.data.layouts.object_decoders import ImageDecoder
 
     return ImageDecoder(manifest.labels, manifest.pack_index)
 
 
 def _raw_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
-    from tierload.data.layouts.objects import RawDecoder
+    from tierload.data.layouts.object_decoders import RawDecoder
 
     return RawDecoder(manifest.labels, manifest.pack_index)
 

@@ -51,7 +51,7 @@ from tierload.data.layouts.base import LayoutPlan
 from tierload.data.layouts.megatron_index import parse_megatron_index
 from tierload.data.layouts.npy import read_npy_header
 from tierload.errors import DecodeError, ManifestError
-from tierload.stores.cold.listing import ObjectInfo
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)

@@ -32,9 +32,9 @@ import torch
 
 from tierload.data.blocks import Block
 from tierload.data.layouts.base import LayoutPlan
-from tierload.data.layouts.objects import decode_image
+from tierload.data.layouts.object_decoders import decode_image
 from tierload.errors import DecodeError, ManifestError
-from tierload.stores.cold.listing import ObjectInfo
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)

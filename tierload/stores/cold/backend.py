@@ -26,7 +26,8 @@ from tierload.stores.cold.request_rate import request_rate_for
 
 if TYPE_CHECKING:
     from tierload.stores.cold.async_reads import RangeRequest
-    from tierload.stores.cold.listing import ObjectInfo, ObjectListing
+    from tierload.stores.cold.listing import ObjectListing
+    from tierload.stores.cold.object_info import ObjectInfo
     from tierload.stores.cold.source import ColdSource
 
 # Reads of stores without an async client (file://, ...): a few at once is all a disk needs.
@@ -83,7 +84,7 @@ class ColdBackend:
     def head(self, source: ColdSource, url: str) -> ObjectInfo:
         """Current size and version of one object (one request, untranslated errors; not retried here)."""
         from tierload.stores.cold.generic import version_of
-        from tierload.stores.cold.listing import ObjectInfo
+        from tierload.stores.cold.object_info import ObjectInfo
 
         info = source.fs.info(self.strip(source, url))
         return ObjectInfo(url, int(info.get("size") or 0), version_of(info))

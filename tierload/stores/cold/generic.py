@@ -9,9 +9,10 @@ from tierload.errors import BucketNotFoundError, SourceChangedError
 from tierload.stores.cold.async_reads import check_length
 from tierload.stores.cold.backend import ThreadedBackend, count_read
 from tierload.stores.cold.errors import translate_error
-from tierload.stores.cold.listing import ObjectInfo, ObjectListing, list_fsspec
+from tierload.stores.cold.object_info import ObjectInfo
 
 if TYPE_CHECKING:
+    from tierload.stores.cold.listing import ObjectListing
     from tierload.stores.cold.source import ColdSource
 
 
@@ -29,6 +30,10 @@ def list_empty_prefix(source: ColdSource, root: str, exclude: tuple[str, ...]) -
     Raises:
         BucketNotFoundError: The bucket does not exist.
     """
+    from tierload.stores.cold.listing import (
+        ObjectListing,  # loads pyarrow: a process that lists imports it, one that only reads does not
+    )
+
     bucket, _, key = root.partition("/")
     fs = source.fs
     if key and fs.isfile(root):
@@ -47,6 +52,10 @@ class FsspecBackend(ThreadedBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
+        from tierload.stores.cold.listing import (
+            list_fsspec,  # loads pyarrow: a process that lists imports it, one that only reads does not
+        )
+
         return list_fsspec(source.fs, root, source.protocol, version_of, exclude)
 
     def list_empty(self, source: ColdSource, root: str, exclude: tuple[str, ...],

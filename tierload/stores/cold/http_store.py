@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from fsspec.asyn import get_loop, sync
 
-from tierload.stores.cold.listing import ObjectListing, _Page
 from tierload.stores.cold.object_store import ObjectStoreBackend
 from tierload.stores.cold.obstore_exit import guard_running_loop
 from tierload.stores.cold.obstore_reads import quoted, shaped_error
 from tierload.stores.cold.obstore_stores import import_obstore, store_for
 
 if TYPE_CHECKING:
+    from tierload.stores.cold.listing import ObjectListing
     from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,9 @@ class HttpBackend(ObjectStoreBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
+        # loads pyarrow: imported by a process that lists, never by one that only reads
+        from tierload.stores.cold.listing import ObjectListing, _Page
+
         found = sorted(source.fs.find(root.rstrip("/") + "/", withdirs=False))
         urls = [url for url in found if url.startswith(root.rstrip("/") + "/")]
         if not urls:

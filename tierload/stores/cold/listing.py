@@ -29,6 +29,7 @@ import pyarrow as pa
 from tierload.arrow_values import from_numpy, int64_array, large_strings, to_numpy
 from tierload.process_memory import map_large_allocations, release_freed_memory
 from tierload.stores.cold.listing_spill import SpilledPages
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.request_rate import RequestRate
 from tierload.stores.local import TIER_MARKER
 
@@ -42,7 +43,7 @@ def _pc() -> Any:
 
     return pc
 
-__all__ = ["FOLDERS_IN_FLIGHT", "ObjectInfo", "ObjectListing", "list_fsspec", "list_local", "list_s3",
+__all__ = ["FOLDERS_IN_FLIGHT", "ObjectListing", "list_fsspec", "list_local", "list_s3",
            "release_freed_memory", "map_large_allocations"]
 
 # Folders listed at once on S3: enough to hide ~20-50 ms per page behind parsing the others;
@@ -52,21 +53,6 @@ FOLDERS_IN_FLIGHT = 16
 _STRINGS = pa.large_string()
 # Base names of tierload's own files (the tier marker, keys, the published endpoint): never samples.
 _OWN_FILES = r"^(\.tierload|\.endpoint\.json$)"
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """One object in the cold tier.
-
-    Attributes:
-        url: Full URL, e.g. ``s3://bucket/train/7/img.png``.
-        size: Size in bytes.
-        version: ETag (S3) or ``mtime-size`` (stores without ETags).
-    """
-
-    url: str
-    size: int
-    version: str
 
 
 class _Page:

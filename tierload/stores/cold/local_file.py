@@ -14,9 +14,9 @@ from tierload.errors import SourceChangedError, SourceNotFoundError, TierloadErr
 from tierload.stores.cold.async_reads import check_length
 from tierload.stores.cold.backend import ThreadedBackend, count_read
 from tierload.stores.cold.errors import translate_error
-from tierload.stores.cold.listing import ObjectListing, list_local
 
 if TYPE_CHECKING:
+    from tierload.stores.cold.listing import ObjectListing
     from tierload.stores.cold.source import ColdSource
 
 
@@ -82,6 +82,10 @@ class LocalBackend(ThreadedBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
+        from tierload.stores.cold.listing import (
+            list_local,  # loads pyarrow: a process that lists imports it, one that only reads does not
+        )
+
         return list_local(root, "file", exclude)
 
     def list_empty(self, source: ColdSource, root: str, exclude: tuple[str, ...],

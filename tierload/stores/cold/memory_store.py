@@ -19,9 +19,10 @@ from tierload.errors import SourceChangedError, SourceNotFoundError
 from tierload.stores.cold.async_reads import check_length
 from tierload.stores.cold.backend import ThreadedBackend, count_read
 from tierload.stores.cold.generic import list_empty_prefix
-from tierload.stores.cold.listing import ObjectInfo, ObjectListing, list_fsspec
+from tierload.stores.cold.object_info import ObjectInfo
 
 if TYPE_CHECKING:
+    from tierload.stores.cold.listing import ObjectListing
     from tierload.stores.cold.source import ColdSource
 
 
@@ -39,6 +40,10 @@ class MemoryBackend(ThreadedBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
+        from tierload.stores.cold.listing import (
+            list_fsspec,  # loads pyarrow: a process that lists imports it, one that only reads does not
+        )
+
         return list_fsspec(source.fs, root, source.protocol, memory_version, exclude)
 
     def list_empty(self, source: ColdSource, root: str, exclude: tuple[str, ...],

@@ -12,19 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from fsspec.asyn import get_loop, sync
 
 from tierload.errors import SourceNotFoundError
 from tierload.stores.cold.backend import ColdBackend
-from tierload.stores.cold.listing import ObjectInfo, ObjectListing, _Page
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.obstore_reads import ObstoreRangeReader, quoted, shaped_error
 from tierload.stores.cold.obstore_stores import import_obstore, split_url, store_for
 
 if TYPE_CHECKING:
     from tierload.stores.cold.async_reads import RangeRequest
+    from tierload.stores.cold.listing import ObjectListing
     from tierload.stores.cold.source import ColdSource
 
 # Keys a listing asks for per page (the stores' own maximum).
@@ -56,20 +54,6 @@ def head_through_obstore(source: ColdSource, url: str) -> ObjectInfo:
     return ObjectInfo(url, int(meta["size"]), version)
 
 
-def quoted_versions(etags: pa.Array, sizes: np.ndarray, modified: pa.Array | None) -> pa.Array:
-    """Versions of a listing's page: each ETag quoted (``"..."``), or ``mtime-size`` where a store gives none."""
-    etags = etags.cast(pa.large_string())
-    bare = pc.invert(pc.starts_with(pc.fill_null(etags, '"'), '"'))
-    quote, nothing = pa.scalar('"', pa.large_string()), pa.scalar("", pa.large_string())
-    etags = pc.if_else(bare, pc.binary_join_element_wise(quote, etags, quote, nothing), etags)
-    if etags.null_count and modified is not None:
-        fallback = pc.binary_join_element_wise(pc.cast(modified, pa.large_string()),
-                                               pc.cast(pa.array(sizes), pa.large_string()),
-                                               pa.scalar("-", pa.large_string()))
-        etags = pc.if_else(pc.is_null(etags), fallback, etags)
-    return pc.fill_null(etags, "")
-
-
 class ObjectStoreBackend(ColdBackend):
     """Azure Blob (``az://container/prefix``) and GCS (``gs://bucket/prefix``) through obstore."""
 
@@ -81,27 +65,11 @@ class ObjectStoreBackend(ColdBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
-        obstore = import_obstore(source.protocol)
-        store, prefix = store_for(source, source.url)
-        url_base = pa.scalar(f"{source.protocol}://{split_url(source.url)[1]}/", pa.large_string())
-        pages = []
-        stream = call_store(obstore.list, store, prefix or None, chunk_size=PAGE_KEYS, return_arrow=True)
-        while True:
-            try:
-                batch = call_store(next, stream)
-            except StopIteration:
-                break
-            table = pa.record_batch(batch)
-            if not table.num_rows:
-                continue
-            sizes = np.asarray(table.column("size").to_numpy(zero_copy_only=False), np.int64)
-            names = table.schema.names
-            urls = pc.binary_join_element_wise(url_base, table.column("path").cast(pa.large_string()),
-                                           pa.scalar("", pa.large_string()))
-            versions = quoted_versions(table.column("e_tag"), sizes,
-                                       table.column("last_modified") if "last_modified" in names else None)
-            pages.append(_Page.of(urls.cast(pa.large_string()), sizes, versions.cast(pa.large_string())))
-        return ObjectListing.from_pages(pages, exclude)
+        from tierload.stores.cold.object_store_listing import (
+            list_object_store,  # loads pyarrow: a process that lists imports it, one that only reads does not
+        )
+
+        return list_object_store(source, exclude)
 
     def list_empty(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                    listed: ObjectListing) -> ObjectListing:
@@ -113,7 +81,7 @@ class ObjectStoreBackend(ColdBackend):
             return listed
         if one.url.rsplit("/", 1)[-1] in exclude:
             return listed
-        return ObjectListing.of([one])
+        return type(listed).of([one])
 
     def head(self, source: ColdSource, url: str) -> ObjectInfo:
         return head_through_obstore(source, url)

@@ -17,7 +17,7 @@ from fsspec.asyn import get_loop, sync
 from tierload.stores.cold.async_reads import RangeRequest, S3RangeReader
 from tierload.stores.cold.backend import ColdBackend
 from tierload.stores.cold.generic import list_empty_prefix, version_of
-from tierload.stores.cold.listing import ObjectInfo, ObjectListing, list_fsspec, list_s3
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.object_store import head_through_obstore
 from tierload.stores.cold.obstore_reads import ObstoreRangeReader, obstore_addresses
 from tierload.stores.cold.obstore_stores import forked_after_clients, split_url
@@ -25,6 +25,7 @@ from tierload.stores.cold.request_rate import request_rate_for
 from tierload.stores.cold.s3_obstore_config import aiobotocore_reason
 
 if TYPE_CHECKING:
+    from tierload.stores.cold.listing import ObjectListing
     from tierload.stores.cold.source import ColdSource
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ class S3Backend(ColdBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
+        # loads pyarrow: imported by a process that lists, never by one that only reads
+        from tierload.stores.cold.listing import list_fsspec, list_s3
+
         fs = source.fs
         if getattr(fs, "version_aware", False):
             return list_fsspec(fs, root, source.protocol, version_of, exclude)

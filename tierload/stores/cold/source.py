@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 
@@ -29,10 +29,13 @@ from tierload.errors import ConfigError
 from tierload.stores.cold import aws_chain
 from tierload.stores.cold.async_reads import RangeRequest
 from tierload.stores.cold.backend import READ_THREADS, backend_for
-from tierload.stores.cold.listing import ObjectInfo, ObjectListing
 from tierload.stores.cold.location import ColdLocation
+from tierload.stores.cold.object_info import ObjectInfo
 from tierload.stores.cold.request_rate import request_rate_for
 from tierload.stores.cold.retried_call import call_with_retries
+
+if TYPE_CHECKING:  # a listing is made by the backend, in a process that lists (it loads pyarrow)
+    from tierload.stores.cold.listing import ObjectListing
 
 log = logging.getLogger(__name__)
 
