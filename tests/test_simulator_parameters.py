@@ -124,7 +124,8 @@ def test_packs_of_a_listed_dataset_change_the_blocks(tmp_path):
     assert len(set(packed["key"].tolist())) == 6 and set(packed["size_bytes"].tolist()) == {4000}
     assert loose["setup"]["blocks"] == 24 and packed["setup"]["blocks"] == 6
     # The manifest the listing left in manifest.cache_dir, given as --dataset: the same trace.
-    cached = [path for path in (tmp_path / "manifests-4000").rglob("*") if path.is_file()]
-    assert len(cached) == 1, cached
+    files = sorted(path.name for path in (tmp_path / "manifests-4000").rglob("*") if path.is_file())
+    cached = list((tmp_path / "manifests-4000").rglob("*.arrow"))
+    assert len(cached) == 1 and files == [cached[0].name, cached[0].name + ".columns.json"], files  # and its index
     again = _trace(tmp_path, "--dataset", str(cached[0]), config=config(4000))
     assert _same_accesses(again, packed)

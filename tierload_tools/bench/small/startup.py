@@ -60,14 +60,15 @@ class StepClock:
 
     def __init__(self) -> None:
         self.steps: dict[str, dict[str, float]] = {}
-        self.missing: list[str] = []
+        self.missing: list[str] = []  # steps whose function is not where STEPS says: a stale entry
+        self.apart: list[str] = []  # steps of modules this process never loaded (LOADED_APART)
         self.peak_anon_mb: float | None = None  # the largest RssAnon after a step (MB)
         self._undo: list[tuple[Any, str, Any]] = []
         self._process = psutil.Process()
 
     def wrap(self, name: str, module: str, path: str) -> None:
         if module in LOADED_APART and module not in sys.modules:
-            self.missing.append(f"{name} ({module}.{path}: not loaded by this process)")
+            self.apart.append(f"{name} ({module}.{path})")
             return
         owner: Any = importlib.import_module(module)
         *parents, attribute = path.split(".")
@@ -143,7 +144,8 @@ def _start(setup: dict[str, Any], config, first_sample: bool) -> tuple[Any, dict
         sampled = watch.mark()["peak_rss_main_mb"]
     high_water = _status_mb("VmHWM")
     return dataset, {"keys": dataset.manifest.num_samples, "construct_s": constructed, "first_sample_s": first,
-                     "steps": clock.steps, "steps_not_seen": clock.missing, "rss_before_mb": rss_before,
+                     "steps": clock.steps, "steps_not_seen": clock.missing,
+                     "steps_in_other_processes": clock.apart, "rss_before_mb": rss_before,
                      "peak_rss_main_mb": max(sampled, high_water or 0.0), "peak_rss_sampled_mb": sampled,
                      "peak_rss_anon_mb": clock.peak_anon_mb,
                      "rss_end_mb": psutil.Process().memory_info().rss / 1e6}
