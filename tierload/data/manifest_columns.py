@@ -58,9 +58,9 @@ def index_path(path: Path) -> Path:
     return path.with_name(path.name + ".columns.json")
 
 
-def file_identity(path: str | os.PathLike) -> list[int]:
-    """``[inode, size, mtime_ns]`` of ``path``: what an index must name to be used with it
-    (a rename keeps all three)."""
+def file_identity(path: str | os.PathLike | int) -> list[int]:
+    """``[inode, size, mtime_ns]`` of ``path`` (or of an open file descriptor): what an index must
+    name to be used with it (a rename keeps all three)."""
     stat = os.stat(path)
     return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
 
@@ -92,15 +92,21 @@ def indexed_columns(path: str | os.PathLike) -> FileColumns | None:
         OSError: The manifest file cannot be read.
     """
     try:
-        text = index_path(Path(path)).read_text(encoding="utf-8")
+        index = json.loads(index_path(Path(path)).read_text(encoding="utf-8"))
+        if not isinstance(index, dict):
+            raise ValueError(f"the index is a JSON {type(index).__name__}, not an object")
     except FileNotFoundError:
         return None
-    try:
-        index = json.loads(text)
-        if index.get("index_format") != INDEX_FORMAT or index.get("file") != file_identity(path):
+    except ValueError as exc:
+        log.warning("the column index of %s is unreadable (%s); reading the file with pyarrow", path, exc)
+        return None
+    # The file is opened, then its identity checked and mapped through that one descriptor: a
+    # manifest replaced meanwhile is either this index's file or not used with it, never mixed.
+    with open(path, "rb") as handle:
+        if index.get("index_format") != INDEX_FORMAT or index.get("file") != file_identity(handle.fileno()):
             return None  # an index of another format or another file (a rewrite between its renames)
-        with open(path, "rb") as handle:
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
         columns = FileColumns(dict(index["meta"]))
         for name, where in index["columns"].items():
             if "dtype" in where:
