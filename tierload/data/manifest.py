@@ -2,7 +2,7 @@
 
 It is cached as an Arrow IPC file under ``manifest.cache_dir`` (keyed by URL, layout, endpoint,
 block and pack sizes) and memory-mapped when read, so a second start does not list again;
-``refresh=True`` (``tierload manifest --refresh``) lists anew. This module is what a process that
+``refresh=True`` (``TieredDataset(refresh_manifest=True)``) lists anew. This module is what a process that
 reads a manifest needs (the value, and :func:`open_manifest`), without pyarrow; the listing and
 the writer are :mod:`tierload.data.manifest_build` and :mod:`tierload.data.manifest_arrow`.
 A changed object gets a new block key (the key includes the ETag), so a refreshed manifest
