@@ -156,3 +156,49 @@ def test_saving_over_a_manifest_replaces_its_index(tmp_path):
     assert open_manifest(path).blocks == second.blocks and open_manifest(path).dataset_id == second.dataset_id
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
         "m.arrow", "m.arrow.columns.json", "n.arrow", "n.arrow.columns.json"]  # no partial file left
+
+
+_JOIN_AN_OLD_CACHE = """
+import json, sys
+from tierload.config.models import ColdConfig, ManifestConfig
+from tierload.data.block_columns import block_keys
+from tierload.data.manifest_columns import index_path
+from tierload.data.manifest_helper import load_manifest_apart
+from tierload.stores.cold.source import ColdSource
+settings = ManifestConfig(cache_dir=sys.argv[2], pack_threshold_bytes=1000, pack_target_bytes=500)
+manifest, path = load_manifest_apart(ColdSource(sys.argv[1], ColdConfig()), settings, "files")
+print(json.dumps({"keys": block_keys(manifest.blocks), "indexed": index_path(path).is_file(),
+                  "arrow": "pyarrow" in sys.modules}))
+"""
+
+
+def test_a_manifest_cached_without_an_index_gets_one_from_the_helper(tmp_path):
+    """A file an older tierload cached (no column index): the next job's forked helper writes its
+    index, nothing is listed again, and the job maps it without ever importing pyarrow."""
+    from tierload.data.manifest_build import load_manifest
+
+    manifest, _ = _save(tmp_path, "unused.arrow")
+    url = manifest.url
+    settings = ManifestConfig(cache_dir=str(tmp_path / "cache"), pack_threshold_bytes=1000, pack_target_bytes=500)
+    cached = load_manifest(ColdSource(url, load_config(None).cold), settings, "files")
+    (path,) = (tmp_path / "cache").glob("*.arrow")
+    index_path(path).unlink()  # as an older tierload left it
+    listed_at = os.stat(path).st_mtime_ns
+    done = subprocess.run([sys.executable, "-c", _JOIN_AN_OLD_CACHE, url, str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    joined = json.loads(done.stdout.strip().splitlines()[-1])
+    assert joined == {"keys": [block.key for block in cached.blocks], "indexed": True, "arrow": False}
+    assert os.stat(path).st_mtime_ns == listed_at  # the same file, not listed again
+    _same_columns(path)
+
+
+def test_a_file_that_is_not_a_manifest_gets_no_index(tmp_path):
+    from tierload.data.manifest_arrow import index_manifest
+    from tierload.errors import ManifestError
+
+    path = tmp_path / "m.arrow"
+    path.write_bytes(b"ARROW1" + b"\0" * 100)
+    with pytest.raises(ManifestError, match="is not a tierload manifest"):
+        index_manifest(path)
+    assert not index_path(path).exists()

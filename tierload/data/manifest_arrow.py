@@ -118,17 +118,48 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     del table, columns
-    located = _column_locations(tmp)
     index = index_path(path)
     index_tmp = partial_path(index, os.getpid())
-    if located is not None:
-        write_index(index_tmp, file_identity(tmp), meta, located)
+    indexed = _write_index(tmp, index_tmp, meta)
     os.replace(tmp, path)
-    if located is not None:
+    if indexed:
         os.replace(index_tmp, index)
     else:  # an older index names another file and would be ignored; removed so nothing reads it
         with contextlib.suppress(FileNotFoundError):
             index.unlink()
+
+
+def index_manifest(path: Path) -> bool:
+    """Write the column index of manifest file ``path`` (one cached before indexes existed), so a
+    process maps it without pyarrow from then on.
+
+    Returns:
+        Whether it was written (not when a column lies outside the file, or the file was replaced
+        while it was read: the next reader reads it with pyarrow, as without an index).
+
+    Raises:
+        OSError: The file cannot be read.
+        ManifestError: It is not a tierload manifest.
+    """
+    meta = arrow_columns(path).meta
+    index = index_path(path)
+    index_tmp = partial_path(index, os.getpid())
+    if not _write_index(path, index_tmp, meta):
+        return False
+    os.replace(index_tmp, index)
+    return True
+
+
+def _write_index(path: Path, index: Path, meta: dict) -> bool:
+    """Write the column index of Arrow file ``path`` at ``index``; whether it could be (see
+    :func:`_column_locations`; the file is stat'ed before and after, so an index never names a
+    file other than the one its offsets were read from)."""
+    identity = file_identity(path)
+    located = _column_locations(path)
+    if located is None or file_identity(path) != identity:
+        return False
+    write_index(index, identity, meta, located)
+    return True
 
 
 

@@ -81,6 +81,41 @@ def write_index(index: Path, identity: list[int], meta: dict[str, Any], columns:
                                  "columns": columns}).encode())
 
 
+def index_fits(path: str | os.PathLike) -> bool:
+    """Whether manifest file ``path`` has a column index naming it (not whether every entry is
+    sound: :func:`indexed_columns` checks those when it maps them).
+
+    Raises:
+        OSError: The manifest file cannot be read.
+    """
+    try:
+        index = _read_index(path)
+    except ValueError:
+        return False
+    return index is not None and _names(index, file_identity(path))
+
+
+def _read_index(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The column index of manifest file ``path`` as written, or None when there is none.
+
+    Raises:
+        ValueError: It is not a JSON object.
+    """
+    try:
+        index = json.loads(index_path(Path(path)).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    if not isinstance(index, dict):
+        raise ValueError(f"the index is a JSON {type(index).__name__}, not an object")
+    return index
+
+
+def _names(index: dict[str, Any], identity: list[int]) -> bool:
+    """Whether ``index`` is of this format and of the file of ``identity`` (not another file
+    written at the same path)."""
+    return index.get("index_format") == INDEX_FORMAT and index.get("file") == identity
+
+
 def indexed_columns(path: str | os.PathLike) -> FileColumns | None:
     """The columns of manifest file ``path``, mapped through its index with numpy (no pyarrow).
 
@@ -92,18 +127,16 @@ def indexed_columns(path: str | os.PathLike) -> FileColumns | None:
         OSError: The manifest file cannot be read.
     """
     try:
-        index = json.loads(index_path(Path(path)).read_text(encoding="utf-8"))
-        if not isinstance(index, dict):
-            raise ValueError(f"the index is a JSON {type(index).__name__}, not an object")
-    except FileNotFoundError:
-        return None
+        index = _read_index(path)
     except ValueError as exc:
         log.warning("the column index of %s is unreadable (%s); reading the file with pyarrow", path, exc)
+        return None
+    if index is None:
         return None
     # The file is opened, then its identity checked and mapped through that one descriptor: a
     # manifest replaced meanwhile is either this index's file or not used with it, never mixed.
     with open(path, "rb") as handle:
-        if index.get("index_format") != INDEX_FORMAT or index.get("file") != file_identity(handle.fileno()):
+        if not _names(index, file_identity(handle.fileno())):
             return None  # an index of another format or another file (a rewrite between its renames)
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     try:

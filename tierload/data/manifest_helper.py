@@ -55,7 +55,7 @@ from typing import NoReturn
 
 from tierload.config.models import ManifestConfig
 from tierload.data.manifest import Manifest, cache_path, open_manifest, partial_path
-from tierload.data.manifest_columns import index_path
+from tierload.data.manifest_columns import index_fits, index_path
 from tierload.errors import ManifestError, TierloadError
 from tierload.process_memory import release_freed_memory
 from tierload.stores.cold.obstore_stores import made_clients_here
@@ -64,7 +64,8 @@ from tierload.stores.cold.source import ColdSource
 log = logging.getLogger(__name__)
 
 # The version of ManifestJob / ManifestAnswer: a child of another tierload refuses the job.
-HELPER_VERSION = 1
+# 2: ManifestJob.index_only
+HELPER_VERSION = 2
 # The child's stderr kept for an error message when it dies without an answer (bytes).
 STDERR_TAIL = 3000
 # Seconds a child told to stop (SIGTERM) has to clean up before it is killed.
@@ -78,11 +79,13 @@ PROCESS_NAME = "tierload-manif"
 @dataclass(frozen=True)
 class ManifestJob:
     """What the helper builds: the manifest file of ``(source, config, layout)``, always listed
-    anew (the caller maps a readable cached file itself)."""
+    anew (the caller maps a readable cached file itself); with ``index_only``, only the column
+    index of the cached file (one written before indexes existed: nothing is listed)."""
 
     source: ColdSource
     config: ManifestConfig
     layout: str | None
+    index_only: bool = False
     version: int = HELPER_VERSION
 
 
@@ -129,6 +132,8 @@ def load_manifest_apart(source: ColdSource, config: ManifestConfig, layout: str 
     """
     path = cache_path(source, config, layout)
     if not refresh and path.is_file():
+        if not index_fits(path) and fork_refused(source) is None:
+            _index_apart(ManifestJob(source, config, layout, index_only=True), timeout_s)
         try:
             return open_manifest(path), path
         except (OSError, ValueError, KeyError) as exc:  # ManifestError is a ValueError
@@ -143,6 +148,19 @@ def load_manifest_apart(source: ColdSource, config: ManifestConfig, layout: str 
              answer.peak_rss_bytes / 1e6, answer.path)
     assert answer.path is not None, "an answer without an error names its file"
     return open_manifest(answer.path), Path(answer.path)
+
+
+def _index_apart(job: ManifestJob, timeout_s: float | None) -> None:
+    """Have a forked helper write the column index of a manifest cached without one (an older
+    tierload's file), so this process maps it without pyarrow. A failure is logged: the file is
+    then read with pyarrow, or listed again when it is not a manifest."""
+    try:
+        answer = run_helper(job, timeout_s)
+    except TierloadError as exc:
+        log.warning("the column index of the cached manifest of %s was not written (%s); it is read with pyarrow",
+                    job.source.url, exc)
+        return
+    log.info("column index of the cached manifest %s written by helper pid %d", answer.path, answer.pid)
 
 
 def fork_refused(source: ColdSource) -> str | None:
@@ -297,7 +315,10 @@ def _serve(job: ManifestJob) -> ManifestAnswer:
         return ManifestAnswer(None, error, os.getpid(), _peak_rss_bytes())
     path = cache_path(job.source, job.config, job.layout)
     try:
-        _build_and_save(job.source, job.config, job.layout, path)
+        if job.index_only:
+            _index(path)
+        else:
+            _build_and_save(job.source, job.config, job.layout, path)
     except TierloadError as exc:
         exc.where = exc.where or where
         exc.remote_traceback = exc.remote_traceback or traceback.format_exc()
@@ -319,3 +340,12 @@ def _build_and_save(source: ColdSource, config: ManifestConfig, layout: str | No
     manifest = build_manifest(source, config, layout)
     release_freed_memory()  # the listing and the plan's temporaries, before the writer's buffers
     save_manifest(manifest, path)
+
+
+def _index(path: Path) -> None:
+    """Write the column index of the manifest file at ``path``."""
+    from tierload.data.manifest_arrow import index_manifest  # loads pyarrow: see _build_and_save
+
+    if not index_manifest(path):
+        raise ManifestError(f"{str(path)!r} cannot be indexed: a column lies outside the file, or it was "
+                            "replaced while it was read")
