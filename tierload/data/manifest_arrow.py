@@ -120,7 +120,7 @@ def save_manifest(manifest: Manifest, path: Path) -> None:
     del table, columns
     index = index_path(path)
     index_tmp = partial_path(index, os.getpid())
-    indexed = _write_index(tmp, index_tmp, meta)
+    indexed = _write_index(tmp, index_tmp)
     os.replace(tmp, path)
     if indexed:
         os.replace(index_tmp, index)
@@ -141,46 +141,56 @@ def index_manifest(path: Path) -> bool:
         OSError: The file cannot be read.
         ManifestError: It is not a tierload manifest.
     """
-    meta = arrow_columns(path).meta
     index = index_path(path)
     index_tmp = partial_path(index, os.getpid())
-    if not _write_index(path, index_tmp, meta):
+    if not _write_index(path, index_tmp):
         return False
     os.replace(index_tmp, index)
     return True
 
 
-def _write_index(path: Path, index: Path, meta: dict) -> bool:
+def _write_index(path: Path, index: Path) -> bool:
     """Write the column index of Arrow file ``path`` at ``index``; whether it could be (see
     :func:`_column_locations`; the file is stat'ed before and after, so an index never names a
-    file other than the one its offsets were read from)."""
+    file other than the one its offsets and metadata were read from).
+
+    Raises:
+        ManifestError: ``path`` is not a tierload manifest.
+    """
     identity = file_identity(path)
-    located = _column_locations(path)
-    if located is None or file_identity(path) != identity:
+    read = _column_locations(path)
+    if read is None or file_identity(path) != identity:
         return False
+    meta, located = read
     write_index(index, identity, meta, located)
     return True
-
-
 
 
 # Arrow's integer types a column index may name, as numpy dtypes.
 _NUMPY_OF = {"int32": "<i4", "int64": "<i8"}
 
 
-def _column_locations(path: Path) -> dict[str, object] | None:
-    """Where each column's buffers lie in the Arrow IPC file ``path`` (for its column index), read
-    from pyarrow's mapping of it: a buffer's address minus the mapping's start is its file offset.
+def _column_locations(path: Path) -> tuple[dict, dict[str, object]] | None:
+    """The manifest's metadata and where each column's buffers lie in the Arrow IPC file ``path``
+    (for its column index), read from pyarrow's mapping of it: a buffer's address minus the
+    mapping's start is its file offset.
 
     Returns:
-        name -> location (see :func:`~tierload.data.manifest_columns.write_index`), or None when
-        a column is not an unmasked buffer of the file (an index then is not written).
+        ``(meta, name -> location)`` (see :func:`~tierload.data.manifest_columns.write_index`), or
+        None when a column is not an unmasked buffer of the file (an index then is not written).
+
+    Raises:
+        ManifestError: ``path`` is not a tierload manifest.
     """
     size = os.path.getsize(path)
     with pa.memory_map(str(path), "r") as mapped:
         start = mapped.read_buffer(1).address
         mapped.seek(0)
-        table = pa.ipc.open_file(mapped).read_all()
+        try:
+            table = pa.ipc.open_file(mapped).read_all()
+            meta = json.loads((table.schema.metadata or {})[b"tierload"])
+        except (pa.ArrowInvalid, KeyError, ValueError) as exc:
+            raise ManifestError(f"{str(path)!r} is not a tierload manifest: {exc}") from None
 
         def at(buffer: pa.Buffer, skip: int, width: int, count: int) -> int | None:
             offset = buffer.address - start + skip * width
@@ -212,7 +222,7 @@ def _column_locations(path: Path) -> dict[str, object] | None:
                 if offset is None:
                     return None
                 located[name] = {"dtype": dtype, "offset": offset, "count": len(values)}
-        return located
+        return meta, located
 
 
 def arrow_columns(path: str | os.PathLike) -> FileColumns:
