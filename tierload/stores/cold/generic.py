@@ -30,9 +30,8 @@ def list_empty_prefix(source: ColdSource, root: str, exclude: tuple[str, ...]) -
     Raises:
         BucketNotFoundError: The bucket does not exist.
     """
-    from tierload.stores.cold.listing import (
-        ObjectListing,  # loads pyarrow: a process that lists imports it, one that only reads does not
-    )
+    # loads pyarrow: imported by a process that lists, never by one that only reads
+    from tierload.stores.cold.listing import ObjectListing
 
     bucket, _, key = root.partition("/")
     fs = source.fs
@@ -52,9 +51,8 @@ class FsspecBackend(ThreadedBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
-        from tierload.stores.cold.listing import (
-            list_fsspec,  # loads pyarrow: a process that lists imports it, one that only reads does not
-        )
+        # loads pyarrow: imported by a process that lists, never by one that only reads
+        from tierload.stores.cold.listing import list_fsspec
 
         return list_fsspec(source.fs, root, source.protocol, version_of, exclude)
 

@@ -82,9 +82,8 @@ class LocalBackend(ThreadedBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
-        from tierload.stores.cold.listing import (
-            list_local,  # loads pyarrow: a process that lists imports it, one that only reads does not
-        )
+        # loads pyarrow: imported by a process that lists, never by one that only reads
+        from tierload.stores.cold.listing import list_local
 
         return list_local(root, "file", exclude)
 

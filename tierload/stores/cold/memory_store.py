@@ -40,9 +40,8 @@ class MemoryBackend(ThreadedBackend):
 
     def list_prefix(self, source: ColdSource, root: str, exclude: tuple[str, ...],
                     spill_dir: str | None) -> ObjectListing:
-        from tierload.stores.cold.listing import (
-            list_fsspec,  # loads pyarrow: a process that lists imports it, one that only reads does not
-        )
+        # loads pyarrow: imported by a process that lists, never by one that only reads
+        from tierload.stores.cold.listing import list_fsspec
 
         return list_fsspec(source.fs, root, source.protocol, memory_version, exclude)
 
