@@ -80,7 +80,10 @@ def test_a_workers_epoch_arrays_leave_with_the_epoch():
     interpreter, which imports numpy and psutil only (no pandas: importing it changes the heap)."""
     kept = {mode: float(subprocess.run([sys.executable, "-c", HEAP_PROBE, mode], capture_output=True, text=True,
                                        check=True).stdout) for mode in ("heap", "mapped")}
-    # The epoch's arrays (16 MB order, 8 MB gather) freed: their pages stay on the heap, and
-    # leave with mapped allocations. The rest of the growth (~22 MB here) is the child's
-    # copy-on-write of the parent's pages it wrote to, the same in both.
-    assert kept["heap"] - kept["mapped"] > 10, kept
+    # The epoch's arrays (16 MB order, 8 MB gather) freed: what the heap grew for them stays, and
+    # leaves with mapped allocations. The rest of the growth (~26-29 MB here) is the child's
+    # copy-on-write of the parent's pages it wrote to (the parent's free heap reused in place).
+    # How much the heap must grow depends on the free space the parent left: 8.7 MB (glibc's
+    # mallinfo2 arena growth, equal to the USS difference) in a process that never imported
+    # pyarrow, 11.6 MB in one that did (stable to 0.1 MB over runs).
+    assert kept["heap"] - kept["mapped"] > 5, kept

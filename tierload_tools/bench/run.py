@@ -119,6 +119,7 @@ class TreeMemory:
         self.interval_s = interval_s
         self.peak_bytes = 0
         self.peak_root_bytes = 0
+        self.peak_parts: dict[str, int] = {}  # what each kind of process held at the tree's peak (bytes)
         self.seen: dict[int, float] = {}  # pid -> create time of every descendant seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -132,16 +133,20 @@ class TreeMemory:
         except psutil.Error:
             return
         total = 0
+        parts: dict[str, int] = {}
         for proc in procs:
             try:
                 rss = proc.memory_info().rss
                 self.seen.setdefault(proc.pid, proc.create_time())
+                label = "contender" if proc.pid == self.pid else _process_label(proc)
             except psutil.Error:
                 continue
             total += rss
+            parts[label] = parts.get(label, 0) + rss
             if proc.pid == self.pid:
                 self.peak_root_bytes = max(self.peak_root_bytes, rss)
-        self.peak_bytes = max(self.peak_bytes, total)
+        if total > self.peak_bytes:
+            self.peak_bytes, self.peak_parts = total, parts
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -155,6 +160,26 @@ class TreeMemory:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _process_label(proc: Any) -> str:
+    """What a process of a contender's tree is, for the peak's breakdown: its name, or for a Python
+    process the script or module it runs (Ray's agents and monitors, a DataLoader worker's parent
+    command), so the same kind of process sums under one label.
+
+    Raises:
+        psutil.Error: The process is gone or cannot be read.
+    """
+    name = proc.name()
+    if not name.startswith("python"):
+        return name  # raylet, gcs_server, ray::<actor>, node (the emulated S3's peers)
+    command = proc.cmdline()
+    for at, part in enumerate(command[1:], 1):
+        if part == "-m" and at + 1 < len(command):
+            return command[at + 1]
+        if part.endswith(".py"):
+            return os.path.basename(part)
+    return name
 
 
 def _kill_tree(pid: int, seen: dict[int, float]) -> None:
@@ -221,6 +246,7 @@ def run_phase(python: str, info: ContenderInfo, phase: str, ctx: Context, log_di
     else:
         result = {"ok": False, "error": f"exited with code {proc.returncode} and no result (see {stem}.log)"}
     result.update(wall_s=wall_s, peak_rss_bytes=memory.peak_bytes, peak_rss_main_bytes=memory.peak_root_bytes,
+                  peak_rss_parts_bytes=dict(sorted(memory.peak_parts.items(), key=lambda part: -part[1])),
                   log=str(log_dir / f"{stem}.log"))
     return result
 
