@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 from pathlib import Path
 
@@ -24,8 +23,6 @@ from tierload.data.packs import ListedMembers, PackMembers
 from tierload.data.string_column import StringColumn
 from tierload.errors import ManifestError
 from tierload.stores.dir_trust import make_private_dirs, open_new_file
-
-log = logging.getLogger(__name__)
 
 
 def _one_row(values: pa.Array) -> pa.Array:

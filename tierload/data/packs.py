@@ -12,7 +12,6 @@ plain or pack, is :mod:`tierload.data.cold_read`.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -26,7 +25,6 @@ from tierload.stores.keys import block_key
 if TYPE_CHECKING:
     from tierload.stores.cold.object_info import ObjectInfo
 
-log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, eq=False)
 class PackMembers:

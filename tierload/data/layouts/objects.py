@@ -1,4 +1,5 @@
-"""One sample per object: image folders (``<prefix>/<label>/<name>.png``) and raw files, planned.
+"""One sample per object: image folders (``<prefix>/<label>/<name>.png``) and raw files, planned
+from a listing (their samples are decoded by :mod:`tierload.data.layouts.object_decoders`).
 
 The class of an object is its first folder below the dataset prefix (the torchvision
 ImageFolder convention); class indices follow the sorted class names. Zero-byte objects are
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,9 +24,6 @@ from tierload.errors import ManifestError
 from tierload.process_memory import release_freed_memory
 from tierload.stores.cold.listing import ObjectListing
 from tierload.stores.cold.object_info import ObjectInfo
-
-if TYPE_CHECKING:  # torch is imported where samples are decoded: planning a listing needs none of it
-    pass
 
 log = logging.getLogger(__name__)
 
