@@ -183,11 +183,7 @@ def _column_locations(path: Path) -> tuple[dict, dict[str, object]] | None:
     with pa.memory_map(str(path), "r") as mapped:
         start = mapped.read_buffer(1).address
         mapped.seek(0)
-        try:
-            table = pa.ipc.open_file(mapped).read_all()
-            meta = json.loads((table.schema.metadata or {})[b"tierload"])
-        except (pa.ArrowInvalid, KeyError, ValueError) as exc:
-            raise ManifestError(f"{str(path)!r} is not a tierload manifest: {exc}") from None
+        table, meta = _read_table(mapped, path)
 
         def at(buffer: pa.Buffer, skip: int, width: int, count: int) -> int | None:
             offset = buffer.address - start + skip * width
@@ -229,11 +225,7 @@ def arrow_columns(path: str | os.PathLike) -> FileColumns:
         OSError: The file cannot be read.
         ManifestError: It is not a tierload manifest.
     """
-    try:
-        table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-        meta = json.loads((table.schema.metadata or {})[b"tierload"])
-    except (pa.ArrowInvalid, KeyError, ValueError) as exc:
-        raise ManifestError(f"{str(path)!r} is not a tierload manifest: {exc}") from None
+    table, meta = _read_table(pa.memory_map(str(path), "r"), path)
     columns = FileColumns(meta)
     for name in table.column_names:
         values = table.column(name).chunk(0).values
@@ -242,3 +234,16 @@ def arrow_columns(path: str | os.PathLike) -> FileColumns:
         else:
             columns.numbers[name] = to_numpy(values)
     return columns
+
+
+def _read_table(mapped: pa.MemoryMappedFile, path: str | os.PathLike) -> tuple[pa.Table, dict]:
+    """The manifest's table (columns over ``mapped``, no copy) and its tierload metadata.
+
+    Raises:
+        ManifestError: ``path`` is not a tierload manifest.
+    """
+    try:
+        table = pa.ipc.open_file(mapped).read_all()
+        return table, json.loads((table.schema.metadata or {})[b"tierload"])
+    except (pa.ArrowInvalid, KeyError, ValueError) as exc:
+        raise ManifestError(f"{str(path)!r} is not a tierload manifest: {exc}") from None

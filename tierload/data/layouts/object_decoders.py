@@ -67,27 +67,41 @@ class PackSamples(Sequence[tuple[Any, int]]):
         return sample, int(self._labels[self._first + position])
 
 
-class ImageDecoder:
-    """Decodes the images of a block (one object, or a pack's members) when asked; labels from the manifest.
+class ObjectDecoder:
+    """Cuts a block (one object, or a pack's members) into its samples, each decoded by
+    ``decode_sample`` when asked for; labels from the manifest.
 
     Args:
         labels: int64 (num_samples,): class of each sample.
         index: Where each sample lies inside its block.
+        decode_sample: One object's bytes (a slice of the block's, or of a uint8 tensor) -> its sample.
     """
 
-    def __init__(self, labels: np.ndarray, index: MemberSpans) -> None:
+    def __init__(self, labels: np.ndarray, index: MemberSpans, decode_sample: Callable[[Any], Any]) -> None:
         self.labels = labels
         self.index = index
+        self.decode_sample = decode_sample
 
-    def decode(self, block_index: int, data: bytes) -> Sequence[tuple[Any, int]]:
+    def decode(self, block_index: int, data: bytes | torch.Tensor) -> Sequence[tuple[Any, int]]:
         first, starts, ends = self.index.span(block_index)
         if len(starts) == 1:  # a plain block: its one sample, decoded now
-            return [(_checked_image(data), int(self.labels[first]))]
-        return PackSamples(data, first, starts, ends, self.labels, _checked_image)
+            return [(self.decode_sample(data), int(self.labels[first]))]
+        return PackSamples(data, first, starts, ends, self.labels, self.decode_sample)
 
     def decode_member(self, sample_id: int, data: bytes) -> tuple[Any, int]:
         """Sample ``sample_id`` from its object's bytes alone (a pack member read by itself)."""
-        return _checked_image(data), int(self.labels[sample_id])
+        return self.decode_sample(data), int(self.labels[sample_id])
+
+
+def image_decoder(labels: np.ndarray, index: MemberSpans) -> ObjectDecoder:
+    """Each object an image (PNG/JPEG) -> uint8 tensor (C, H, W); a bad one raises ``DecodeError``."""
+    return ObjectDecoder(labels, index, _checked_image)
+
+
+def raw_decoder(labels: np.ndarray, index: MemberSpans) -> ObjectDecoder:
+    """Each object's bytes unchanged (``bytes``; empty for a zero-byte object); given a uint8 tensor
+    instead (the kvikio path reads blocks into GPU memory), slices of it."""
+    return ObjectDecoder(labels, index, _raw_bytes)
 
 
 def _checked_image(data: Any) -> torch.Tensor:
@@ -101,28 +115,3 @@ def _raw_bytes(data: Any) -> Any:
     import torch  # loaded by then (the decoding process imported it): a dict lookup
 
     return data if isinstance(data, torch.Tensor) else bytes(data)
-
-
-class RawDecoder:
-    """Yields each object's bytes unchanged (``bytes``; empty for a zero-byte object).
-
-    Given a uint8 tensor instead (the kvikio path reads blocks into GPU memory), yields slices of it.
-
-    Args:
-        labels: int64 (num_samples,): class of each sample.
-        index: Where each sample lies inside its block.
-    """
-
-    def __init__(self, labels: np.ndarray, index: MemberSpans) -> None:
-        self.labels = labels
-        self.index = index
-
-    def decode(self, block_index: int, data: bytes | torch.Tensor) -> Sequence[tuple[Any, int]]:
-        first, starts, ends = self.index.span(block_index)
-        if len(starts) == 1:  # a plain block: its one sample, decoded now
-            return [(_raw_bytes(data), int(self.labels[first]))]
-        return PackSamples(data, first, starts, ends, self.labels, _raw_bytes)
-
-    def decode_member(self, sample_id: int, data: bytes) -> tuple[Any, int]:
-        """Sample ``sample_id`` from its object's bytes alone (a pack member read by itself)."""
-        return _raw_bytes(data), int(self.labels[sample_id])

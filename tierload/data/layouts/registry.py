@@ -125,15 +125,15 @@ def _arrow_columns(manifest: ManifestView, columns: list[str], label_column: str
 
 
 def _image_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
-    from tierload.data.layouts.object_decoders import ImageDecoder
+    from tierload.data.layouts.object_decoders import image_decoder
 
-    return ImageDecoder(manifest.labels, manifest.pack_index)
+    return image_decoder(manifest.labels, manifest.pack_index)
 
 
 def _raw_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
-    from tierload.data.layouts.object_decoders import RawDecoder
+    from tierload.data.layouts.object_decoders import raw_decoder
 
-    return RawDecoder(manifest.labels, manifest.pack_index)
+    return raw_decoder(manifest.labels, manifest.pack_index)
 
 
 def _parquet_decoder(manifest: ManifestView, label_column: str | None, columns: list[str] | None) -> BlockDecoder:
